@@ -1,0 +1,31 @@
+# The commands the README names. Everything installs into ./.venv; nothing global.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export PIPELINES_DATA_DIR ?= $(CURDIR)/.pipelines-data
+export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
+
+.PHONY: install run test bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or 3.12 is needed, found " + sys.version.split()[0]) if sys.version_info[:2] not in ((3, 11), (3, 12)) else None'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Migrate the embedded app database and start the Dagster UI + daemon on http://127.0.0.1:3000.
+run: install
+	$(BIN)/pipelines-dagster db upgrade
+	mkdir -p $(DAGSTER_HOME)
+	cp deploy/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python bench/blob_stream.py

@@ -1,0 +1,1 @@
+"""Dagster-orchestrated web-crawl pipelines for a multi-workspace knowledge base."""

@@ -1,0 +1,1 @@
+"""The app database: SQLAlchemy models, engine and sessions, Alembic migrations."""

@@ -1,0 +1,333 @@
+"""The app database: workspaces and what they own, billing, and lock leases.
+
+Every workspace-owned row references its workspace with ON DELETE CASCADE, so
+deleting a workspace leaves nothing behind. Run history is not here: it lives
+in Dagster's run storage and event log.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both SQLite (which keeps no zone) and PostgreSQL."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; use an aware UTC datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: sa.JSON(),
+        # SQLite only autoincrements an INTEGER primary key.
+        int: sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+    }
+
+
+def _enum_check(column: str, enum_cls: type[enum.Enum]) -> sa.CheckConstraint:
+    values = ", ".join(f"'{member.value}'" for member in enum_cls)
+    return sa.CheckConstraint(f"{column} IN ({values})", name=f"{column}_valid")
+
+
+def _workspace_fk() -> Mapped[int]:
+    return mapped_column(sa.ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+
+
+class ConnectorType(enum.StrEnum):
+    WEBCRAWLER = "webcrawler"
+    GOOGLE_DRIVE = "google_drive"
+    ONEDRIVE = "onedrive"
+    DROPBOX = "dropbox"
+
+
+class TriggerKind(enum.StrEnum):
+    SCHEDULE = "schedule"
+    WEBHOOK = "webhook"
+    EVENT = "event"
+    MANUAL = "manual"
+
+
+class DocumentState(enum.StrEnum):
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class LedgerKind(enum.StrEnum):
+    GRANT = "grant"
+    CHARGE = "charge"
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(200))
+    owner_user_id: Mapped[str] = mapped_column(sa.String(200), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    """A workspace API token; only its SHA-256 is stored (tokens are 256-bit random)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(sa.String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
+class Folder(Base):
+    __tablename__ = "folders"
+    __table_args__ = (sa.UniqueConstraint("workspace_id", "parent_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    parent_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("folders.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(sa.String(255))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Connector(Base):
+    __tablename__ = "connectors"
+    __table_args__ = (_enum_check("connector_type", ConnectorType),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    name: Mapped[str] = mapped_column(sa.String(200))
+    connector_type: Mapped[str] = mapped_column(sa.String(32))
+    # For webcrawler connectors: {"INITIAL_URLS": ["https://...", ...]}.
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    periodic_indexing_enabled: Mapped[bool] = mapped_column(default=False)
+    indexing_frequency_minutes: Mapped[int | None]
+    next_scheduled_at: Mapped[datetime | None]
+    last_indexed_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    pipelines: Mapped[list[Pipeline]] = relationship(back_populates="connector", passive_deletes=True)
+
+
+class Pipeline(Base):
+    __tablename__ = "pipelines"
+    __table_args__ = (sa.UniqueConstraint("workspace_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    # NULL for an uploads pipeline, which has no fetch executor.
+    connector_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("connectors.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(sa.String(200))
+    save_to_kb: Mapped[bool] = mapped_column(default=True)
+    # NULL means the workspace root.
+    destination_folder_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("folders.id", ondelete="SET NULL"), index=True
+    )
+    # Per-pipeline overrides of the connector config, e.g. INITIAL_URLS.
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    enabled: Mapped[bool] = mapped_column(default=True)
+    created_by: Mapped[str | None] = mapped_column(sa.String(200))
+    # The connector's own periodic indexing, expressed as a pipeline.
+    system_managed: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    connector: Mapped[Connector | None] = relationship(back_populates="pipelines")
+    triggers: Mapped[list[PipelineTrigger]] = relationship(
+        back_populates="pipeline", passive_deletes=True
+    )
+
+
+class PipelineTrigger(Base):
+    __tablename__ = "pipeline_triggers"
+    __table_args__ = (
+        _enum_check("kind", TriggerKind),
+        sa.CheckConstraint(
+            "kind != 'schedule' OR (cron IS NOT NULL AND timezone IS NOT NULL"
+            " AND interval_minutes IS NULL) OR (cron IS NULL AND interval_minutes IS NOT NULL)",
+            name="schedule_has_cron_or_interval",
+        ),
+        sa.CheckConstraint("interval_minutes IS NULL OR interval_minutes > 0", name="interval_positive"),
+        sa.CheckConstraint(
+            "(kind = 'event') = (event_type IS NOT NULL)", name="event_type_iff_event"
+        ),
+        # NULL event types would count as distinct, so uniqueness is over coalesce().
+        sa.Index(
+            "uq_pipeline_triggers_identity",
+            "workspace_id",
+            "pipeline_id",
+            "kind",
+            sa.text("coalesce(event_type, '')"),
+            unique=True,
+        ),
+        sa.Index("ix_pipeline_triggers_due", "kind", "enabled", "next_fire_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    pipeline_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("pipelines.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    cron: Mapped[str | None] = mapped_column(sa.String(120))
+    timezone: Mapped[str | None] = mapped_column(sa.String(64))
+    interval_minutes: Mapped[int | None]
+    next_fire_at: Mapped[datetime | None]
+    last_fired_at: Mapped[datetime | None]
+    event_type: Mapped[str | None] = mapped_column(sa.String(64))
+    webhook_secret_hash: Mapped[str | None] = mapped_column(sa.String(64), unique=True)
+    enabled: Mapped[bool] = mapped_column(default=True)
+    disabled_reason: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    pipeline: Mapped[Pipeline] = relationship(back_populates="triggers")
+
+
+class WebhookDelivery(Base):
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (sa.UniqueConstraint("trigger_id", "dedupe_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    trigger_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("pipeline_triggers.id", ondelete="CASCADE"), index=True
+    )
+    dedupe_key: Mapped[str] = mapped_column(sa.String(200))
+    payload: Mapped[bytes] = mapped_column(sa.LargeBinary)
+    headers: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class DomainEvent(Base):
+    __tablename__ = "domain_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    event_type: Mapped[str] = mapped_column(sa.String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Document(Base):
+    __tablename__ = "documents"
+    __table_args__ = (_enum_check("status_state", DocumentState),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    folder_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("folders.id", ondelete="SET NULL"), index=True
+    )
+    connector_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("connectors.id", ondelete="SET NULL"), index=True
+    )
+    pipeline_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("pipelines.id", ondelete="SET NULL"), index=True
+    )
+    document_type: Mapped[str] = mapped_column(sa.String(32))
+    url: Mapped[str | None] = mapped_column(sa.Text)
+    # sha256 of "{document_type}:{url}:{workspace_id}": one document per URL per workspace.
+    unique_identifier_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    title: Mapped[str | None] = mapped_column(sa.Text)
+    content: Mapped[str | None] = mapped_column(sa.Text)
+    content_hash: Mapped[str | None] = mapped_column(sa.String(64))
+    document_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    status_state: Mapped[str] = mapped_column(sa.String(16), default=DocumentState.PENDING.value)
+    status_reason: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class CreditAccount(Base):
+    """A workspace's crawl credit, held by its owner; balance in micro-credits."""
+
+    __tablename__ = "credit_accounts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("workspaces.id", ondelete="CASCADE"), unique=True
+    )
+    owner_user_id: Mapped[str] = mapped_column(sa.String(200))
+    balance_micros: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class CreditLedgerEntry(Base):
+    """Append-only: grants are positive, charges negative; the key makes a charge happen once."""
+
+    __tablename__ = "credit_ledger"
+    __table_args__ = (_enum_check("kind", LedgerKind),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    account_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("credit_accounts.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    delta_micros: Mapped[int]
+    idempotency_key: Mapped[str] = mapped_column(sa.String(255), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class TokenUsage(Base):
+    __tablename__ = "token_usage"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    user_id: Mapped[str] = mapped_column(sa.String(200))
+    usage_type: Mapped[str] = mapped_column(sa.String(32))
+    cost_micros: Mapped[int]
+    call_details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    ledger_entry_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("credit_ledger.id", ondelete="CASCADE"), unique=True
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LockLease(Base):
+    """The database backend of the `locks` resource: one row per held lock."""
+
+    __tablename__ = "lock_leases"
+
+    name: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    owner: Mapped[str] = mapped_column(sa.String(255))
+    # Epoch milliseconds: compared as integers, identical on every backend.
+    expires_at_ms: Mapped[int]

@@ -1,0 +1,236 @@
+"""The `pipelines-dagster` command: set up the app database and its workspaces, connectors, pipelines."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
+from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
+from pipelines_dagster.app_db.models import ConnectorType
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
+from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.settings import Settings, SettingsError, load_settings
+
+USER_ERRORS = (
+    InvalidInputError,
+    catalog.NotFoundError,
+    UnknownWorkspaceError,
+    DatabaseNotReadyError,
+    SettingsError,
+)
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+
+
+def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn errors a user can fix into a one-line message and a non-zero exit."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except InvalidInputError as exc:
+            raise click.ClickException(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+        except USER_ERRORS as exc:
+            raise click.ClickException(str(exc)) from None
+        except sa.exc.OperationalError as exc:
+            raise click.ClickException(f"cannot reach the app database: {exc.orig}") from None
+
+    return wrapper
+
+
+def emit(as_json: bool, payload: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(payload) if as_json else text)
+
+
+def open_engine(settings: Settings, *, migrated: bool = True) -> sa.Engine:
+    engine = create_engine(settings.resolved_database_url)
+    if migrated:
+        require_current(engine)
+    return engine
+
+
+@click.group()
+def main() -> None:
+    """Web-crawl pipelines for a knowledge base, orchestrated by Dagster."""
+
+
+@main.group()
+def db() -> None:
+    """The app database."""
+
+
+@db.command("upgrade")
+@json_option
+@user_errors
+def db_upgrade(as_json: bool) -> None:
+    """Create or migrate the app database to the latest schema."""
+    settings = load_settings()
+    engine = open_engine(settings, migrated=False)
+    upgrade(engine)
+    url = engine.url.render_as_string(hide_password=True)
+    emit(as_json, {"database": url, "status": "current"}, f"app database is current: {url}")
+
+
+@main.group()
+def workspace() -> None:
+    """Workspaces and their API tokens."""
+
+
+@workspace.command("create")
+@click.option("--name", required=True, help="Display name of the workspace.")
+@click.option("--owner", required=True, help="User id of the owner, who is billed for crawls.")
+@json_option
+@user_errors
+def workspace_create(name: str, owner: str, as_json: bool) -> None:
+    """Create a workspace and print its API token (shown this once only)."""
+    with transaction(session_factory(open_engine(load_settings()))) as session:
+        created = catalog.create_workspace(session, name=name, owner_user_id=owner)
+        ws = created.workspace
+        payload = {"id": ws.id, "name": ws.name, "owner": ws.owner_user_id, "api_token": created.api_token}
+    emit(
+        as_json,
+        payload,
+        f"workspace {payload['id']} created\nAPI token (shown once, store it now): {payload['api_token']}",
+    )
+
+
+@main.group()
+def connector() -> None:
+    """Connectors: where a pipeline's content comes from."""
+
+
+def read_url_file(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+@connector.command("create")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option(
+    "--type",
+    "connector_type",
+    required=True,
+    type=click.Choice([member.value for member in ConnectorType]),
+)
+@click.option("--url", "urls", multiple=True, help="A URL to crawl; repeat for more.")
+@click.option(
+    "--url-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file with one URL per line (blank lines and # comments ignored).",
+)
+@click.option("--name", default=None)
+@json_option
+@user_errors
+def connector_create(
+    workspace_id: int, connector_type: str, urls: tuple[str, ...], url_file: Path | None, name: str | None, as_json: bool
+) -> None:
+    """Create a connector; a webcrawler connector needs --url or --url-file."""
+    if urls and url_file:
+        raise InvalidInputError("url_file", "give --url or --url-file, not both")
+    all_urls = read_url_file(url_file) if url_file else list(urls)
+    with transaction(session_factory(open_engine(load_settings()))) as session:
+        created = catalog.create_connector(
+            session, workspace_id=workspace_id, connector_type=connector_type, urls=all_urls, name=name
+        )
+        payload = {
+            "id": created.id,
+            "workspace_id": created.workspace_id,
+            "type": created.connector_type,
+            "urls": created.config.get("INITIAL_URLS", []),
+        }
+    emit(as_json, payload, f"connector {payload['id']} created with {len(payload['urls'])} URLs")
+
+
+@main.group()
+def pipeline() -> None:
+    """Pipelines: what to do with a connector's crawl, and when."""
+
+
+@pipeline.command("create")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--connector", "connector_id", required=True, type=int)
+@click.option("--name", required=True)
+@click.option("--save-to-kb/--no-save-to-kb", default=True, show_default=True,
+              help="Save pages as KB documents, or keep only the raw crawl result.")
+@click.option("--folder", default=None, help="Destination KB folder (created if missing; root if omitted).")
+@click.option("--cron", default=None, help="Cron expression, five fields; needs --timezone.")
+@click.option("--timezone", default=None, help="IANA timezone of --cron, e.g. Europe/Stockholm.")
+@click.option("--every-minutes", type=int, default=None, help="Run every N minutes instead of a cron.")
+@click.option("--disabled", is_flag=True, help="Create the pipeline switched off.")
+@json_option
+@user_errors
+def pipeline_create(
+    workspace_id: int,
+    connector_id: int,
+    name: str,
+    save_to_kb: bool,
+    folder: str | None,
+    cron: str | None,
+    timezone: str | None,
+    every_minutes: int | None,
+    disabled: bool,
+    as_json: bool,
+) -> None:
+    """Create a pipeline over a connector, optionally on a schedule."""
+    schedule = None
+    if cron is not None or timezone is not None or every_minutes is not None:
+        schedule = catalog.ScheduleSpec(cron=cron, timezone=timezone, every_minutes=every_minutes)
+    with transaction(session_factory(open_engine(load_settings()))) as session:
+        created = catalog.create_pipeline(
+            session,
+            workspace_id=workspace_id,
+            connector_id=connector_id,
+            name=name,
+            save_to_kb=save_to_kb,
+            folder_name=folder,
+            schedule=schedule,
+            enabled=not disabled,
+        )
+        trigger = created.triggers[0] if schedule is not None else None
+        payload = {
+            "id": created.id,
+            "workspace_id": created.workspace_id,
+            "connector_id": created.connector_id,
+            "name": created.name,
+            "save_to_kb": created.save_to_kb,
+            "destination_folder_id": created.destination_folder_id,
+            "enabled": created.enabled,
+            "next_fire_at": trigger.next_fire_at.isoformat() if trigger else None,
+        }
+    when = f", next run {payload['next_fire_at']}" if payload["next_fire_at"] else ""
+    emit(as_json, payload, f"pipeline {payload['id']} created{when}")
+
+
+@main.group()
+def credits() -> None:
+    """Crawl credit of a workspace."""
+
+
+@credits.command("grant")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--micros", required=True, type=click.IntRange(min=1), help="Micro-credits to add.")
+@json_option
+@user_errors
+def credits_grant(workspace_id: int, micros: int, as_json: bool) -> None:
+    """Add crawl credit to a workspace's account."""
+    settings = load_settings()
+    billing = Billing(
+        session_factory(open_engine(settings)),
+        enabled=settings.billing_enabled,
+        micros_per_crawl=settings.micros_per_crawl,
+    )
+    balance = billing.grant(workspace_id, micros)
+    emit(
+        as_json,
+        {"id": workspace_id, "workspace_id": workspace_id, "granted_micros": micros, "balance_micros": balance},
+        f"workspace {workspace_id} balance: {balance} micros",
+    )

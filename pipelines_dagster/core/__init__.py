@@ -1,0 +1,1 @@
+"""Plain domain code, free of Dagster: storage, locks, billing, validation."""

@@ -1,0 +1,34 @@
+"""The app database as a Dagster resource: one engine and session factory per run."""
+
+from __future__ import annotations
+
+import dagster as dg
+import sqlalchemy as sa
+from pydantic import PrivateAttr
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipelines_dagster.app_db.engine import create_engine, session_factory
+
+
+class AppDatabaseResource(dg.ConfigurableResource):
+    url: str
+
+    _engine: sa.Engine | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._engine = create_engine(self.url)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    @property
+    def engine(self) -> sa.Engine:
+        if self._engine is None:
+            self._engine = create_engine(self.url)
+        return self._engine
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        return session_factory(self.engine)

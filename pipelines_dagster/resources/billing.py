@@ -1,0 +1,38 @@
+"""Crawl billing as a Dagster resource, over the app database's ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from pipelines_dagster.core.billing import Billing, ChargeResult
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+
+
+class BillingResource(dg.ConfigurableResource):
+    app_db: AppDatabaseResource
+    billing_enabled: bool = False
+    micros_per_crawl: int = 1000
+
+    @property
+    def _billing(self) -> Billing:
+        return Billing(
+            self.app_db.sessions,
+            enabled=self.billing_enabled,
+            micros_per_crawl=self.micros_per_crawl,
+        )
+
+    def successes_to_micros(self, successes: int) -> int:
+        return self._billing.successes_to_micros(successes)
+
+    def check_credits(self, workspace_id: int, url_count: int) -> None:
+        self._billing.check_credits(workspace_id, url_count)
+
+    def charge(
+        self, workspace_id: int, micros: int, *, idempotency_key: str, usage: Mapping[str, Any]
+    ) -> ChargeResult:
+        return self._billing.charge(
+            workspace_id, micros, idempotency_key=idempotency_key, usage=usage
+        )

@@ -1,0 +1,122 @@
+"""Environment → typed settings, with embedded defaults that need no servers."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from urllib.parse import urlparse
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "PIPELINES_"
+
+
+class SettingsError(ValueError):
+    """A PIPELINES_* variable holds a value we cannot use; the message names it."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    data_dir: Path = Field(
+        default=Path(".pipelines-data"),
+        description="Directory for the embedded default: SQLite database, blobs, Dagster home.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the app database; default a SQLite file in the data dir.",
+    )
+    blob_store: str | None = Field(
+        default=None,
+        description="A local directory, or s3://bucket/prefix; default a directory in the data dir.",
+    )
+    s3_endpoint_url: str | None = Field(
+        default=None, description="Endpoint of an S3-compatible server (MinIO, moto, R2 ...)."
+    )
+    locks: str = Field(default="database", description="'database' or a redis:// URL.")
+    billing_enabled: bool = False
+    micros_per_crawl: int = Field(default=1000, ge=0)
+    crawler_allow_private_networks: bool = False
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if not scheme.split("+", 1)[0] in {"sqlite", "postgresql", "postgres"}:
+            raise ValueError(
+                "must be a sqlite:/// or postgresql:// URL, "
+                "e.g. postgresql://user@127.0.0.1:5432/pipelines"
+            )
+        if scheme.startswith("postgres") and not scheme.startswith("postgresql"):
+            value = "postgresql" + value[len("postgres") :]
+        return value
+
+    @field_validator("blob_store")
+    @classmethod
+    def _blob_store(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if "://" in value:
+            parsed = urlparse(value)
+            if parsed.scheme != "s3" or not parsed.netloc:
+                raise ValueError("must be a directory path or s3://bucket/prefix")
+        return value
+
+    @field_validator("s3_endpoint_url")
+    @classmethod
+    def _s3_endpoint(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        parsed = urlparse(value)
+        if parsed.scheme not in {"http", "https"} or not parsed.netloc:
+            raise ValueError("must be an http(s) URL such as http://127.0.0.1:9000")
+        return value
+
+    @field_validator("locks")
+    @classmethod
+    def _locks(cls, value: str) -> str:
+        if value == "database":
+            return value
+        parsed = urlparse(value)
+        if parsed.scheme in {"redis", "rediss", "unix"} and (parsed.netloc or parsed.path):
+            return value
+        raise ValueError("must be 'database' or a redis:// URL such as redis://127.0.0.1:6379/0")
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'app.sqlite3').resolve()}"
+
+    @cached_property
+    def s3_location(self) -> tuple[str, str] | None:
+        """(bucket, prefix) when the blob store is S3, else None."""
+        if self.blob_store is None or not self.blob_store.startswith("s3://"):
+            return None
+        parsed = urlparse(self.blob_store)
+        return parsed.netloc, parsed.path.strip("/")
+
+    @cached_property
+    def blob_dir(self) -> Path:
+        if self.s3_location is not None:
+            raise SettingsError("PIPELINES_BLOB_STORE is an S3 location, not a directory")
+        return Path(self.blob_store).resolve() if self.blob_store else (self.data_dir / "blobs").resolve()
+
+    @cached_property
+    def dagster_home(self) -> Path:
+        return (self.data_dir / "dagster-home").resolve()
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; a bad value raises SettingsError naming the variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            message = error["msg"].removeprefix("Value error, ")
+            given = error.get("input")
+            problems.append(f"{ENV_PREFIX}{field.upper()}: {message} (got {given!r})")
+        raise SettingsError("; ".join(problems)) from None

@@ -1,0 +1,171 @@
+"""Migrations and the constraints the product relies on, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+import warnings
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from pipelines_dagster.app_db.engine import create_engine, transaction
+from pipelines_dagster.app_db.migrate import current_revision, head_revision, upgrade
+from pipelines_dagster.app_db.models import (
+    ApiToken,
+    Base,
+    Connector,
+    CreditAccount,
+    CreditLedgerEntry,
+    Document,
+    DomainEvent,
+    Folder,
+    Pipeline,
+    PipelineTrigger,
+    TokenUsage,
+    WebhookDelivery,
+    Workspace,
+)
+
+
+def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'fresh.sqlite3'}")
+    assert current_revision(engine) is None
+    upgrade(engine)
+    assert current_revision(engine) == head_revision()
+    assert set(sa.inspect(engine).get_table_names()) >= set(Base.metadata.tables)
+
+
+def test_upgrade_of_an_empty_postgres_database_reaches_head(postgres_url):
+    admin = sa.create_engine(sa.make_url(postgres_url).set(drivername="postgresql+psycopg2"),
+                             isolation_level="AUTOCOMMIT")
+    name = f"pd_fresh_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        engine = create_engine(sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False))
+        assert current_revision(engine) is None
+        upgrade(engine)
+        assert current_revision(engine) == head_revision()
+        engine.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def test_migrations_match_the_models(app_engine):
+    with app_engine.connect() as conn, warnings.catch_warnings():
+        # Expression indexes cannot be reflected; the uniqueness tests below cover them.
+        warnings.simplefilter("ignore")
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    assert diff == []
+
+
+@pytest.fixture
+def pipeline(sessions) -> Pipeline:
+    with transaction(sessions) as session:
+        workspace = Workspace(name="acme", owner_user_id="user-1")
+        session.add(workspace)
+        session.flush()
+        connector = Connector(workspace_id=workspace.id, name="web", connector_type="webcrawler",
+                              config={"INITIAL_URLS": ["https://example.com"]})
+        session.add(connector)
+        session.flush()
+        made = Pipeline(workspace_id=workspace.id, connector_id=connector.id, name=f"p-{uuid.uuid4().hex[:6]}")
+        session.add(made)
+        session.flush()
+        return made
+
+
+def insert_twice(sessions, make) -> None:
+    with transaction(sessions) as session:
+        session.add(make())
+    with pytest.raises(sa.exc.IntegrityError), transaction(sessions) as session:
+        session.add(make())
+
+
+def test_document_identity_is_unique(sessions, pipeline):
+    identity = hashlib.sha256(f"CRAWLED_URL:https://example.com:{pipeline.workspace_id}".encode()).hexdigest()
+    insert_twice(sessions, lambda: Document(workspace_id=pipeline.workspace_id, document_type="CRAWLED_URL",
+                                            url="https://example.com", unique_identifier_hash=identity))
+
+
+def test_a_pipeline_has_one_trigger_per_kind_even_without_an_event_type(sessions, pipeline):
+    insert_twice(sessions, lambda: PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id,
+                                                   kind="webhook"))
+
+
+def test_event_triggers_are_unique_per_event_type(sessions, pipeline):
+    def event(event_type: str) -> PipelineTrigger:
+        return PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind="event",
+                               event_type=event_type)
+
+    with transaction(sessions) as session:
+        session.add_all([event("connector.urls_changed"), event("document.uploaded")])
+    insert_twice(sessions, lambda: event("refresh.requested"))
+
+
+def test_schedule_triggers_need_cron_with_timezone_or_an_interval(sessions, pipeline):
+    with pytest.raises(sa.exc.IntegrityError), transaction(sessions) as session:
+        session.add(PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id,
+                                    kind="schedule", cron="* * * * *"))
+
+
+def test_ledger_idempotency_key_is_unique(sessions, pipeline):
+    with transaction(sessions) as session:
+        account = CreditAccount(workspace_id=pipeline.workspace_id, owner_user_id="user-1")
+        session.add(account)
+        session.flush()
+        account_id = account.id
+    key = f"run:{uuid.uuid4()}:{pipeline.id}"
+    insert_twice(sessions, lambda: CreditLedgerEntry(account_id=account_id, kind="charge", delta_micros=-1000,
+                                                     idempotency_key=key))
+
+
+def test_webhook_delivery_dedupe_key_is_unique_per_trigger(sessions, pipeline):
+    with transaction(sessions) as session:
+        trigger = PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind="webhook")
+        session.add(trigger)
+        session.flush()
+        trigger_id = trigger.id
+    insert_twice(sessions, lambda: WebhookDelivery(workspace_id=pipeline.workspace_id, trigger_id=trigger_id,
+                                                   dedupe_key="delivery-1", payload=b"{}"))
+
+
+def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
+    ws = pipeline.workspace_id
+    with transaction(sessions) as session:
+        folder = Folder(workspace_id=ws, name="Docs")
+        session.add(folder)
+        session.flush()
+        session.add(Folder(workspace_id=ws, parent_id=folder.id, name="Sub"))
+        trigger = PipelineTrigger(workspace_id=ws, pipeline_id=pipeline.id, kind="webhook")
+        account = CreditAccount(workspace_id=ws, owner_user_id="user-1", balance_micros=5)
+        session.add_all([trigger, account, ApiToken(workspace_id=ws, token_hash=uuid.uuid4().hex, prefix="pdk_")])
+        session.flush()
+        entry = CreditLedgerEntry(account_id=account.id, kind="grant", delta_micros=5,
+                                  idempotency_key=f"g-{uuid.uuid4()}")
+        session.add(entry)
+        session.flush()
+        session.add_all([
+            WebhookDelivery(workspace_id=ws, trigger_id=trigger.id, dedupe_key="d", payload=b"{}"),
+            DomainEvent(workspace_id=ws, event_type="refresh.requested"),
+            Document(workspace_id=ws, folder_id=folder.id, pipeline_id=pipeline.id, document_type="CRAWLED_URL",
+                     unique_identifier_hash=uuid.uuid4().hex),
+            TokenUsage(workspace_id=ws, user_id="user-1", usage_type="web_crawl", cost_micros=1,
+                       ledger_entry_id=entry.id),
+        ])
+    with transaction(sessions) as session:
+        session.execute(sa.delete(Workspace).where(Workspace.id == ws))
+    owned = [ApiToken, Folder, Connector, Pipeline, PipelineTrigger, WebhookDelivery, DomainEvent, Document,
+             CreditAccount, TokenUsage]
+    with sessions() as session:
+        for model in owned:
+            left = session.scalar(sa.select(sa.func.count()).select_from(model).where(model.workspace_id == ws))
+            assert left == 0, model.__tablename__
+        assert session.get(CreditLedgerEntry, entry.id) is None
+    # Every table but the lock leases (not workspace data) is covered above.
+    assert {m.__tablename__ for m in owned} | {"credit_ledger", "workspaces", "lock_leases"} == set(Base.metadata.tables)

@@ -1,0 +1,214 @@
+"""Every CLI command, its JSON output, and its bad-input path (one-line reason, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from pipelines_dagster.app_db.engine import create_engine
+from pipelines_dagster.app_db.models import Base
+from pipelines_dagster.cli import main
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "data"))
+    for name in ("PIPELINES_DATABASE_URL", "PIPELINES_BLOB_STORE", "PIPELINES_LOCKS"):
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+
+    def run(*args: str, ok: bool = True):
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        if ok:
+            assert result.exit_code == 0, result.output
+        else:
+            assert result.exit_code != 0, result.output
+            # Our own errors are one line; click's usage errors add its usage hint above theirs.
+            errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+            assert len(errors) == 1, result.output
+        return result
+
+    def run_json(*args: str) -> dict:
+        return json.loads(run(*args, "--json").output)
+
+    run.json = run_json
+    run.engine = lambda: create_engine(f"sqlite:///{tmp_path / 'data' / 'app.sqlite3'}")
+    return run
+
+
+def row_counts(engine: sa.Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            table.name: conn.scalar(sa.select(sa.func.count()).select_from(table))
+            for table in Base.metadata.sorted_tables
+        }
+
+
+@pytest.fixture
+def workspace(cli) -> dict:
+    cli("db", "upgrade")
+    return cli.json("workspace", "create", "--name", "Acme", "--owner", "user-1")
+
+
+def test_db_upgrade_creates_the_schema_and_is_repeatable(cli):
+    first = cli.json("db", "upgrade")
+    assert first["status"] == "current"
+    cli("db", "upgrade")
+    assert row_counts(cli.engine())["workspaces"] == 0
+
+
+def test_db_upgrade_names_a_bad_database_url(cli, monkeypatch):
+    monkeypatch.setenv("PIPELINES_DATABASE_URL", "mysql://x@localhost/db")
+    result = cli("db", "upgrade", ok=False)
+    assert "PIPELINES_DATABASE_URL" in result.output
+
+
+def test_commands_before_upgrade_say_to_run_it(cli):
+    result = cli("workspace", "create", "--name", "a", "--owner", "u", ok=False)
+    assert "pipelines-dagster db upgrade" in result.output
+
+
+def test_workspace_create_prints_a_token_that_is_stored_only_hashed(cli, workspace):
+    assert set(workspace) >= {"id", "name", "api_token"} and workspace["name"] == "Acme"
+    with cli.engine().connect() as conn:
+        stored = conn.execute(sa.text("SELECT token_hash FROM api_tokens")).scalars().all()
+    assert len(stored) == 1 and workspace["api_token"] not in stored[0]
+    text = cli("workspace", "create", "--name", "Other", "--owner", "user-2").output
+    assert "API token" in text and "pdk_" in text
+
+
+def test_workspace_create_rejects_a_blank_name(cli, workspace):
+    before = row_counts(cli.engine())
+    result = cli("workspace", "create", "--name", "  ", "--owner", "u", ok=False)
+    assert "--name" in result.output
+    assert row_counts(cli.engine()) == before
+
+
+def test_connector_create_with_urls_and_with_a_url_file(cli, workspace, tmp_path):
+    ws = str(workspace["id"])
+    made = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler",
+                    "--url", "https://example.com/a", "--url", "https://example.com/b")
+    assert made["urls"] == ["https://example.com/a", "https://example.com/b"]
+    url_file = tmp_path / "urls.txt"
+    url_file.write_text("# docs\nhttps://example.org/one\n\nhttps://example.org/two\nhttps://example.org/one\n")
+    from_file = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler", "--url-file", str(url_file))
+    assert from_file["urls"] == ["https://example.org/one", "https://example.org/two"]
+    assert from_file["id"] != made["id"]
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--workspace", "999", "--type", "webcrawler", "--url", "https://example.com"], "workspace 999 does not exist"),
+        (["--type", "webcrawler", "--url", "https://example.com", "--url", "example.com/no-scheme"], "malformed URL"),
+        (["--type", "webcrawler", "--url", "ftp://example.com/file"], "http:// or https://"),
+        (["--type", "webcrawler"], "at least one URL"),
+        (["--type", "webcrawler", "--url", "https://user:pw@example.com"], "credentials"),
+        (["--type", "google_drive", "--url", "https://example.com"], "takes no URLs"),
+        (["--type", "gopher", "--url", "https://example.com"], "Invalid value for '--type'"),
+    ],
+)
+def test_connector_create_bad_input_writes_nothing(cli, workspace, args, reason):
+    if "--workspace" not in args:
+        args = ["--workspace", str(workspace["id"]), *args]
+    before = row_counts(cli.engine())
+    result = cli("connector", "create", *args, ok=False)
+    assert reason in result.output
+    assert row_counts(cli.engine()) == before
+
+
+@pytest.fixture
+def connector(cli, workspace) -> dict:
+    return cli.json("connector", "create", "--workspace", str(workspace["id"]), "--type", "webcrawler",
+                    "--url", "https://example.com/")
+
+
+def test_pipeline_create_with_folder_and_cron_schedule(cli, workspace, connector):
+    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]),
+                    "--name", "Docs nightly", "--folder", "Docs", "--cron", "30 2 * * *",
+                    "--timezone", "Europe/Stockholm")
+    assert made["save_to_kb"] is True and made["enabled"] is True
+    # 02:30 in Stockholm is 01:30 UTC in winter (CET, UTC+1).
+    assert made["next_fire_at"].endswith("01:30:00+00:00")
+    with cli.engine().connect() as conn:
+        folder = conn.execute(sa.text("SELECT id, name FROM folders")).one()
+        trigger = conn.execute(sa.text("SELECT kind, cron, timezone, interval_minutes FROM pipeline_triggers")).one()
+    assert tuple(folder) == (made["destination_folder_id"], "Docs")
+    assert tuple(trigger) == ("schedule", "30 2 * * *", "Europe/Stockholm", None)
+
+
+def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
+    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]),
+                    "--name", "raw", "--no-save-to-kb", "--every-minutes", "15", "--disabled")
+    assert (made["save_to_kb"], made["enabled"], made["destination_folder_id"]) == (False, False, None)
+    plain = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector",
+                     str(connector["id"]), "--name", "manual only")
+    assert plain["next_fire_at"] is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        (["--cron", "0 6 * *", "--timezone", "UTC"], "invalid cron expression"),
+        (["--cron", "0 6 * * *", "--timezone", "Mars/Olympus"], "unknown timezone"),
+        (["--cron", "0 6 * * *"], "needs a timezone"),
+        (["--cron", "0 6 * * *", "--timezone", "UTC", "--every-minutes", "5"], "not both"),
+        (["--every-minutes", "0"], "1 or more"),
+        (["--connector", "424242"], "connector 424242 is not in workspace"),
+        (["--folder", ""], "--folder"),
+    ],
+)
+def test_pipeline_create_bad_input_writes_nothing(cli, workspace, connector, extra, reason):
+    args = ["--workspace", str(workspace["id"]), "--name", "p", "--folder", "New folder"]
+    if "--connector" not in extra:
+        args += ["--connector", str(connector["id"])]
+    before = row_counts(cli.engine())
+    result = cli("pipeline", "create", *args, *extra, ok=False)
+    assert reason in result.output
+    assert row_counts(cli.engine()) == before
+
+
+def test_pipeline_create_refuses_another_workspaces_connector_and_a_duplicate_name(cli, workspace, connector):
+    other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
+    before = row_counts(cli.engine())
+    result = cli("pipeline", "create", "--workspace", str(other["id"]), "--connector", str(connector["id"]),
+                 "--name", "steal", ok=False)
+    assert f"not in workspace {other['id']}" in result.output
+    args = ["pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]), "--name", "p"]
+    cli(*args)
+    assert "already has a pipeline named" in cli(*args, "--folder", "X", ok=False).output
+    assert row_counts(cli.engine())["pipelines"] == before["pipelines"] + 1
+    assert row_counts(cli.engine())["folders"] == before["folders"]
+
+
+def test_credits_grant_adds_to_the_balance(cli, workspace):
+    ws = str(workspace["id"])
+    assert cli.json("credits", "grant", "--workspace", ws, "--micros", "5000")["balance_micros"] == 5000
+    assert cli.json("credits", "grant", "--workspace", ws, "--micros", "2500")["balance_micros"] == 7500
+
+
+def test_credits_grant_bad_input(cli, workspace):
+    before = row_counts(cli.engine())
+    assert "workspace 77 does not exist" in cli("credits", "grant", "--workspace", "77", "--micros", "5", ok=False).output
+    result = CliRunner().invoke(main, ["credits", "grant", "--workspace", str(workspace["id"]), "--micros", "-5"])
+    assert result.exit_code != 0 and "--micros" in result.output
+    assert row_counts(cli.engine()) == before
+
+
+def test_console_script_runs_against_postgres(postgres_url, tmp_path):
+    """The installed entry point, as an operator runs it, on the production database."""
+    env = {**os.environ, "PIPELINES_DATABASE_URL": postgres_url, "PIPELINES_DATA_DIR": str(tmp_path)}
+    script = Path(sys.executable).with_name("pipelines-dagster")
+    out = subprocess.run([script, "workspace", "create", "--name", "PG", "--owner", "u", "--json"],
+                         env=env, capture_output=True, text=True, check=True, timeout=60)
+    created = json.loads(out.stdout)
+    bad = subprocess.run([script, "credits", "grant", "--workspace", str(created["id"]), "--micros", "abc"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--micros" in bad.stderr

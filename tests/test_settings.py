@@ -1,0 +1,67 @@
+"""Settings from the environment: embedded defaults, and bad values named at start."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines_dagster.settings import SettingsError, load_settings
+
+VARIABLES = [
+    "PIPELINES_DATA_DIR", "PIPELINES_DATABASE_URL", "PIPELINES_BLOB_STORE", "PIPELINES_S3_ENDPOINT_URL",
+    "PIPELINES_LOCKS", "PIPELINES_BILLING_ENABLED", "PIPELINES_MICROS_PER_CRAWL",
+    "PIPELINES_CRAWLER_ALLOW_PRIVATE_NETWORKS",
+]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_embedded_defaults_need_no_servers(tmp_path):
+    settings = load_settings()
+    data = (tmp_path / ".pipelines-data").resolve()
+    assert settings.resolved_database_url == f"sqlite:///{data / 'app.sqlite3'}"
+    assert settings.blob_dir == data / "blobs" and settings.s3_location is None
+    assert settings.locks == "database"
+    assert (settings.billing_enabled, settings.micros_per_crawl) == (False, 1000)
+    assert settings.crawler_allow_private_networks is False
+
+
+def test_production_values_are_parsed(monkeypatch):
+    monkeypatch.setenv("PIPELINES_DATABASE_URL", "postgres://app@db:5432/pipelines")
+    monkeypatch.setenv("PIPELINES_BLOB_STORE", "s3://crawl-results/prod/runs/")
+    monkeypatch.setenv("PIPELINES_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("PIPELINES_LOCKS", "redis://127.0.0.1:6379/2")
+    monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "true")
+    monkeypatch.setenv("PIPELINES_MICROS_PER_CRAWL", "250")
+    settings = load_settings()
+    assert settings.resolved_database_url == "postgresql://app@db:5432/pipelines"
+    assert settings.s3_location == ("crawl-results", "prod/runs")
+    assert settings.locks == "redis://127.0.0.1:6379/2"
+    assert (settings.billing_enabled, settings.micros_per_crawl) == (True, 250)
+    with pytest.raises(SettingsError, match="PIPELINES_BLOB_STORE"):
+        _ = settings.blob_dir
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("PIPELINES_DATABASE_URL", "mysql://root@localhost/app"),
+        ("PIPELINES_BLOB_STORE", "gs://bucket/prefix"),
+        ("PIPELINES_S3_ENDPOINT_URL", "127.0.0.1:9000"),
+        ("PIPELINES_LOCKS", "memcached://localhost"),
+        ("PIPELINES_BILLING_ENABLED", "sometimes"),
+        ("PIPELINES_MICROS_PER_CRAWL", "-1"),
+        ("PIPELINES_MICROS_PER_CRAWL", "lots"),
+        ("PIPELINES_CRAWLER_ALLOW_PRIVATE_NETWORKS", "perhaps"),
+    ],
+)
+def test_a_wrong_value_fails_naming_the_variable(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert str(raised.value).startswith(f"{variable}: ")
+    assert repr(value) in str(raised.value)

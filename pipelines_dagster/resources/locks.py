@@ -1,0 +1,92 @@
+"""The `locks` resource: one interface, backed by Redis or the app database's lease table."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+
+import dagster as dg
+import redis
+import sqlalchemy as sa
+from pydantic import PrivateAttr
+
+from pipelines_dagster.app_db.engine import create_engine
+from pipelines_dagster.core.locks import DatabaseLocks, HeldLock, Locks, RedisLocks
+
+
+class LocksResource(dg.ConfigurableResource, ABC):
+    _locks: Locks | None = PrivateAttr(default=None)
+
+    @abstractmethod
+    def _build(self) -> Locks:
+        """Open the backend's client and wrap it in its `Locks`."""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._locks = self._build()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self._locks = None
+
+    @property
+    def locks(self) -> Locks:
+        """The plain locks; built on first use when the resource is used outside a run."""
+        if self._locks is None:
+            self._locks = self._build()
+        return self._locks
+
+    def acquire(self, name: str, owner: str, *, ttl_seconds: float) -> bool:
+        return self.locks.acquire(name, owner, ttl_seconds=ttl_seconds)
+
+    def release(self, name: str, owner: str) -> bool:
+        return self.locks.release(name, owner)
+
+    def renew(self, name: str, owner: str, *, ttl_seconds: float) -> bool:
+        return self.locks.renew(name, owner, ttl_seconds=ttl_seconds)
+
+    def is_locked(self, name: str) -> bool:
+        return self.locks.is_locked(name)
+
+    def owner_of(self, name: str) -> str | None:
+        return self.locks.owner_of(name)
+
+    def hold(
+        self, name: str, owner: str, *, ttl_seconds: float, renew_every: float | None = None
+    ) -> AbstractContextManager[HeldLock]:
+        return self.locks.hold(name, owner, ttl_seconds=ttl_seconds, renew_every=renew_every)
+
+
+class DatabaseLocksResource(LocksResource):
+    """Lease rows in the app database: the embedded default, no extra server."""
+
+    database_url: str
+
+    _engine: sa.Engine | None = PrivateAttr(default=None)
+
+    def _build(self) -> Locks:
+        self._engine = create_engine(self.database_url)
+        return DatabaseLocks(self._engine)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        super().teardown_after_execution(context)
+
+
+class RedisLocksResource(LocksResource):
+    """Redis keys set with NX and a TTL: for production, where runs span machines."""
+
+    url: str
+    key_prefix: str = "pipelines:lock:"
+
+    _client: redis.Redis | None = PrivateAttr(default=None)
+
+    def _build(self) -> Locks:
+        self._client = redis.Redis.from_url(self.url)
+        return RedisLocks(self._client, key_prefix=self.key_prefix)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        super().teardown_after_execution(context)

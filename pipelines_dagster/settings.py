@@ -45,13 +45,11 @@ class Settings(BaseSettings):
         if value is None or value == "":
             return None
         scheme = value.split("://", 1)[0] if "://" in value else ""
-        if not scheme.split("+", 1)[0] in {"sqlite", "postgresql", "postgres"}:
+        if scheme.split("+", 1)[0] not in {"sqlite", "postgresql", "postgres"}:
             raise ValueError(
                 "must be a sqlite:/// or postgresql:// URL, "
                 "e.g. postgresql://user@127.0.0.1:5432/pipelines"
             )
-        if scheme.startswith("postgres") and not scheme.startswith("postgresql"):
-            value = "postgresql" + value[len("postgres") :]
         return value
 
     @field_validator("blob_store")

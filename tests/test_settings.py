@@ -38,7 +38,8 @@ def test_production_values_are_parsed(monkeypatch):
     monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "true")
     monkeypatch.setenv("PIPELINES_MICROS_PER_CRAWL", "250")
     settings = load_settings()
-    assert settings.resolved_database_url == "postgresql://app@db:5432/pipelines"
+    # Kept as given, so the resource can take it as an EnvVar; the engine maps postgres:// itself.
+    assert settings.resolved_database_url == "postgres://app@db:5432/pipelines"
     assert settings.s3_location == ("crawl-results", "prod/runs")
     assert settings.locks == "redis://127.0.0.1:6379/2"
     assert (settings.billing_enabled, settings.micros_per_crawl) == (True, 250)

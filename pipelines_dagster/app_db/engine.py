@@ -23,7 +23,7 @@ def create_engine(url: str) -> sa.Engine:
         # read-then-write transaction cannot deadlock another writer.
         sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
         return engine
-    if parsed.drivername == "postgresql":
+    if parsed.drivername in {"postgres", "postgresql"}:
         # One PostgreSQL driver for us and dagster-postgres: psycopg2.
         parsed = parsed.set(drivername="postgresql+psycopg2")
     return sa.create_engine(parsed, pool_pre_ping=True)

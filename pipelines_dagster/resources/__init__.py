@@ -1,0 +1,54 @@
+"""The resources of a deployment: `build_resources` is the one place its backends are chosen."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.billing import BillingResource
+from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
+from pipelines_dagster.resources.locks import DatabaseLocksResource, RedisLocksResource
+from pipelines_dagster.settings import ENV_PREFIX, Settings
+
+
+def _from_env(field: str, value: str) -> str:
+    """`dg.EnvVar` when the environment holds exactly this value, else the value itself.
+
+    A URL may carry a password; as an EnvVar it is read when a resource starts instead
+    of being shown with the resource's config in the UI. Defaults are not in the
+    environment, so they are embedded as they are.
+    """
+    name = f"{ENV_PREFIX}{field.upper()}"
+    return dg.EnvVar(name) if os.environ.get(name) == value else value
+
+
+def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
+    database_url = _from_env("database_url", settings.resolved_database_url)
+    app_db = AppDatabaseResource(url=database_url)
+
+    if settings.s3_location is not None:
+        bucket, prefix = settings.s3_location
+        # AWS credentials stay with boto3's own chain (env, profile, instance role).
+        blob_store: dg.ConfigurableResource = S3BlobStoreResource(
+            bucket=bucket, prefix=prefix, endpoint_url=settings.s3_endpoint_url
+        )
+    else:
+        blob_store = LocalBlobStoreResource(root=str(settings.blob_dir))
+
+    if settings.locks == "database":
+        locks: dg.ConfigurableResource = DatabaseLocksResource(database_url=database_url)
+    else:
+        locks = RedisLocksResource(url=_from_env("locks", settings.locks))
+
+    return {
+        "app_db": app_db,
+        "blob_store": blob_store,
+        "locks": locks,
+        "billing": BillingResource(
+            app_db=app_db,
+            billing_enabled=settings.billing_enabled,
+            micros_per_crawl=settings.micros_per_crawl,
+        ),
+    }

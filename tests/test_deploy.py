@@ -1,0 +1,137 @@
+"""The instance configs in deploy/ load into real Dagster instances with the behaviour we rely on."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+from dagster._core.remote_origin import (
+    RegisteredCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
+from dagster_postgres import PostgresRunStorage
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+PIPELINE_LIMIT = {"key": "pipeline_id", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def dagster_postgres_url(postgres_url: str) -> Iterator[str]:
+    """A database of its own for Dagster's storage, next to the app database on the same server.
+
+    Dagster stamps its Alembic revision into the database it is given, so it cannot share
+    the app database (which has its own `alembic_version`).
+    """
+    app_url = sa.make_url(postgres_url).set(drivername="postgresql+psycopg2")
+    name = f"{app_url.database}_dagster_{uuid.uuid4().hex[:6]}"
+    admin = sa.create_engine(app_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    yield app_url.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@pytest.fixture(params=["dagster.yaml", "dagster.postgres.yaml"])
+def config_name(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def instance(
+    config_name: str, request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dg.DagsterInstance]:
+    """A real instance loaded the way the webserver and daemon load it: $DAGSTER_HOME/dagster.yaml."""
+    home = tmp_path / "dagster-home"
+    home.mkdir()
+    shutil.copy(DEPLOY / config_name, home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    if config_name == "dagster.postgres.yaml":
+        monkeypatch.setenv("DAGSTER_PG_URL", request.getfixturevalue("dagster_postgres_url"))
+    with dg.DagsterInstance.get() as loaded:
+        yield loaded
+
+
+def test_runs_are_queued_one_per_pipeline(instance: dg.DagsterInstance) -> None:
+    assert isinstance(instance.run_coordinator, dg.QueuedRunCoordinator)
+    run_queue = instance.get_concurrency_config().run_queue_config
+    assert run_queue is not None
+    assert PIPELINE_LIMIT in run_queue.tag_concurrency_limits
+
+
+def test_dequeue_holds_back_a_second_run_of_the_same_pipeline(instance: dg.DagsterInstance) -> None:
+    # The queued-run daemon's own dequeue decision, on runs stored in this instance.
+    origin = RemoteJobOrigin(
+        repository_origin=RemoteRepositoryOrigin(
+            code_location_origin=RegisteredCodeLocationOrigin("pipelines_dagster"),
+            repository_name="__repository__",
+        ),
+        job_name="crawl",
+    )
+
+    def add_run(status: dg.DagsterRunStatus, pipeline_id: str) -> dg.DagsterRun:
+        return instance.add_run(
+            dg.DagsterRun(
+                job_name="crawl",
+                status=status,
+                tags={"pipeline_id": pipeline_id},
+                remote_job_origin=origin,
+            )
+        )
+
+    add_run(dg.DagsterRunStatus.STARTED, "1")
+    add_run(dg.DagsterRunStatus.QUEUED, "1")
+    first_of_2 = add_run(dg.DagsterRunStatus.QUEUED, "2")
+    add_run(dg.DagsterRunStatus.QUEUED, "2")
+
+    with QueuedRunCoordinatorDaemon(interval_seconds=1) as daemon:
+        dequeued = daemon._get_runs_to_dequeue(instance, instance.get_concurrency_config(), None)
+
+    assert [run.run_id for run in dequeued] == [first_of_2.run_id]
+
+
+def test_run_monitoring_fails_stuck_runs(instance: dg.DagsterInstance) -> None:
+    assert instance.run_monitoring_enabled
+    assert instance.run_monitoring_max_runtime_seconds == 2 * 60 * 60
+    assert instance.run_monitoring_start_timeout_seconds == 300
+
+
+def test_sensors_and_schedules_tick_in_threads(instance: dg.DagsterInstance) -> None:
+    assert instance.get_sensor_settings()["use_threads"] is True
+    assert instance.get_scheduler_settings()["use_threads"] is True
+
+
+def test_telemetry_is_off(instance: dg.DagsterInstance) -> None:
+    assert not instance.is_ephemeral
+    assert instance.telemetry_enabled is False
+
+
+@pytest.mark.parametrize("config_name", ["dagster.yaml"])
+def test_embedded_storage_is_sqlite_under_dagster_home(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    run = instance.add_run(dg.DagsterRun(job_name="crawl"))
+    assert instance.get_run_by_id(run.run_id) is not None
+    assert (tmp_path / "dagster-home" / "history" / "runs.db").is_file()
+
+
+@pytest.mark.parametrize("config_name", ["dagster.postgres.yaml"])
+def test_postgres_storage_and_run_retries(instance: dg.DagsterInstance) -> None:
+    assert isinstance(instance.run_storage, PostgresRunStorage)
+    run = instance.add_run(dg.DagsterRun(job_name="crawl"))
+    assert instance.get_run_by_id(run.run_id) is not None
+
+    assert instance.run_retries_enabled
+    assert instance.run_retries_max_retries == 1
+    # Only crashed or terminated run workers are retried; step failures have retry policies.
+    assert instance.run_retries_retry_on_asset_or_op_failure is False

@@ -17,6 +17,8 @@ from pipelines_dagster.app_db.models import ConnectorType
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
 from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.instance import dagster_instance
+from pipelines_dagster import services
 from pipelines_dagster.settings import Settings, SettingsError, load_settings
 
 USER_ERRORS = (
@@ -58,6 +60,10 @@ def open_engine(settings: Settings, *, migrated: bool = True) -> sa.Engine:
     return engine
 
 
+def open_sessions(settings: Settings):
+    return session_factory(open_engine(settings))
+
+
 @click.group()
 def main() -> None:
     """Web-crawl pipelines for a knowledge base, orchestrated by Dagster."""
@@ -92,7 +98,7 @@ def workspace() -> None:
 @user_errors
 def workspace_create(name: str, owner: str, as_json: bool) -> None:
     """Create a workspace and print its API token (shown this once only)."""
-    with transaction(session_factory(open_engine(load_settings()))) as session:
+    with transaction(open_sessions(load_settings())) as session:
         created = catalog.create_workspace(session, name=name, owner_user_id=owner)
         ws = created.workspace
         payload = {"id": ws.id, "name": ws.name, "owner": ws.owner_user_id, "api_token": created.api_token}
@@ -128,24 +134,45 @@ def read_url_file(path: Path) -> list[str]:
     help="A file with one URL per line (blank lines and # comments ignored).",
 )
 @click.option("--name", default=None)
+@click.option(
+    "--index-every-minutes",
+    type=int,
+    default=None,
+    help="The connector's own periodic indexing into the KB root (off while a pipeline owns it).",
+)
 @json_option
 @user_errors
 def connector_create(
-    workspace_id: int, connector_type: str, urls: tuple[str, ...], url_file: Path | None, name: str | None, as_json: bool
+    workspace_id: int,
+    connector_type: str,
+    urls: tuple[str, ...],
+    url_file: Path | None,
+    name: str | None,
+    index_every_minutes: int | None,
+    as_json: bool,
 ) -> None:
     """Create a connector; a webcrawler connector needs --url or --url-file."""
     if urls and url_file:
         raise InvalidInputError("url_file", "give --url or --url-file, not both")
     all_urls = read_url_file(url_file) if url_file else list(urls)
-    with transaction(session_factory(open_engine(load_settings()))) as session:
-        created = catalog.create_connector(
-            session, workspace_id=workspace_id, connector_type=connector_type, urls=all_urls, name=name
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        created = services.create_connector(
+            session,
+            dagster_instance(settings),
+            workspace_id=workspace_id,
+            connector_type=connector_type,
+            urls=all_urls,
+            name=name,
+            index_every_minutes=index_every_minutes,
         )
         payload = {
             "id": created.id,
             "workspace_id": created.workspace_id,
             "type": created.connector_type,
             "urls": created.config.get("INITIAL_URLS", []),
+            "periodic_indexing_enabled": created.periodic_indexing_enabled,
+            "pipeline_ids": [p.id for p in created.pipelines],
         }
     emit(as_json, payload, f"connector {payload['id']} created with {len(payload['urls'])} URLs")
 
@@ -184,9 +211,11 @@ def pipeline_create(
     schedule = None
     if cron is not None or timezone is not None or every_minutes is not None:
         schedule = catalog.ScheduleSpec(cron=cron, timezone=timezone, every_minutes=every_minutes)
-    with transaction(session_factory(open_engine(load_settings()))) as session:
-        created = catalog.create_pipeline(
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        created = services.create_pipeline(
             session,
+            dagster_instance(settings),
             workspace_id=workspace_id,
             connector_id=connector_id,
             name=name,
@@ -210,6 +239,53 @@ def pipeline_create(
     emit(as_json, payload, f"pipeline {payload['id']} created{when}")
 
 
+def _set_enabled(workspace_id: int, pipeline_id: int, enabled: bool, as_json: bool) -> None:
+    with transaction(open_sessions(load_settings())) as session:
+        catalog.set_pipeline_enabled(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled
+        )
+    state = "enabled" if enabled else "disabled"
+    emit(as_json, {"id": pipeline_id, "enabled": enabled}, f"pipeline {pipeline_id} {state}")
+
+
+def pipeline_ref(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--workspace ID PIPELINE_ID`: pipelines are always named within their workspace."""
+    command = click.argument("pipeline_id", type=int)(command)
+    return click.option("--workspace", "workspace_id", required=True, type=int)(command)
+
+
+@pipeline.command("enable")
+@pipeline_ref
+@json_option
+@user_errors
+def pipeline_enable(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
+    """Switch a pipeline on (its connector's own periodic indexing goes off)."""
+    _set_enabled(workspace_id, pipeline_id, True, as_json)
+
+
+@pipeline.command("disable")
+@pipeline_ref
+@json_option
+@user_errors
+def pipeline_disable(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
+    """Switch a pipeline off; no trigger starts it until it is enabled again."""
+    _set_enabled(workspace_id, pipeline_id, False, as_json)
+
+
+@pipeline.command("delete")
+@pipeline_ref
+@json_option
+@user_errors
+def pipeline_delete(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
+    """Delete a pipeline, its triggers and its Dagster partition (run history stays in Dagster)."""
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        services.delete_pipeline(
+            session, dagster_instance(settings), workspace_id=workspace_id, pipeline_id=pipeline_id
+        )
+    emit(as_json, {"id": pipeline_id, "deleted": True}, f"pipeline {pipeline_id} deleted")
+
+
 @main.group()
 def credits() -> None:
     """Crawl credit of a workspace."""
@@ -224,7 +300,7 @@ def credits_grant(workspace_id: int, micros: int, as_json: bool) -> None:
     """Add crawl credit to a workspace's account."""
     settings = load_settings()
     billing = Billing(
-        session_factory(open_engine(settings)),
+        open_sessions(settings),
         enabled=settings.billing_enabled,
         micros_per_crawl=settings.micros_per_crawl,
     )

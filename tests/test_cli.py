@@ -20,6 +20,7 @@ from pipelines_dagster.cli import main
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
     monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster-home"))
     for name in ("PIPELINES_DATABASE_URL", "PIPELINES_BLOB_STORE", "PIPELINES_LOCKS"):
         monkeypatch.delenv(name, raising=False)
     runner = CliRunner()
@@ -212,3 +213,60 @@ def test_console_script_runs_against_postgres(postgres_url, tmp_path):
     bad = subprocess.run([script, "credits", "grant", "--workspace", str(created["id"]), "--micros", "abc"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--micros" in bad.stderr
+
+
+def partitions(tmp_path) -> list[str]:
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
+        return instance.get_dynamic_partitions("pipelines")
+
+
+def test_pipeline_partitions_follow_create_and_delete(cli, workspace, connector, tmp_path):
+    ws = str(workspace["id"])
+    made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
+    assert partitions(tmp_path) == [str(made["id"])]
+    assert cli.json("pipeline", "delete", "--workspace", ws, str(made["id"]))["deleted"] is True
+    assert partitions(tmp_path) == []
+    assert row_counts(cli.engine())["pipelines"] == 0
+
+
+def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, connector, tmp_path):
+    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector",
+                    str(connector["id"]), "--name", "p")
+    other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
+    for command in ("enable", "disable", "delete"):
+        result = cli("pipeline", command, "--workspace", str(other["id"]), str(made["id"]), ok=False)
+        assert f"pipeline {made['id']} is not in workspace {other['id']}" in result.output
+    assert partitions(tmp_path) == [str(made["id"])]
+
+
+def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
+    ws = str(workspace["id"])
+    own = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler", "--url",
+                   "https://example.com/", "--index-every-minutes", "60")
+    assert own["periodic_indexing_enabled"] is True and len(own["pipeline_ids"]) == 1
+    assert partitions(tmp_path) == [str(own["pipeline_ids"][0])]
+
+    def schedule_enabled() -> bool:
+        with cli.engine().connect() as conn:
+            return bool(conn.execute(sa.text(
+                "SELECT t.enabled FROM pipeline_triggers t JOIN pipelines p ON p.id = t.pipeline_id "
+                "WHERE p.system_managed AND p.connector_id = :c"), {"c": own["id"]}).scalar_one())
+
+    user = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(own["id"]), "--name", "mine")
+    assert not schedule_enabled()
+    cli("pipeline", "disable", "--workspace", ws, str(user["id"]))
+    assert schedule_enabled()
+    cli("pipeline", "enable", "--workspace", ws, str(user["id"]))
+    assert not schedule_enabled()
+    cli("pipeline", "delete", "--workspace", ws, str(user["id"]))
+    assert schedule_enabled()
+
+
+def test_connector_index_interval_must_be_positive(cli, workspace):
+    before = row_counts(cli.engine())
+    result = cli("connector", "create", "--workspace", str(workspace["id"]), "--type", "webcrawler",
+                 "--url", "https://example.com/", "--index-every-minutes", "0", ok=False)
+    assert "--index-every-minutes" in result.output
+    assert row_counts(cli.engine()) == before

@@ -84,8 +84,13 @@ def create_connector(
     connector_type: str,
     urls: list[str] | None = None,
     name: str | None = None,
+    index_every_minutes: int | None = None,
+    now: datetime | None = None,
 ) -> Connector:
-    get_workspace(session, workspace_id)
+    """Create a connector; with `index_every_minutes`, also its own periodic indexing pipeline."""
+    workspace = get_workspace(session, workspace_id)
+    if index_every_minutes is not None:
+        validate_interval(index_every_minutes, field="index_every_minutes")
     try:
         kind = ConnectorType(connector_type)
     except ValueError:
@@ -101,10 +106,95 @@ def create_connector(
         connector_type=kind.value,
         name=validate_name(name) if name else f"{kind.value} connector",
         config=config,
+        periodic_indexing_enabled=index_every_minutes is not None,
+        indexing_frequency_minutes=index_every_minutes,
     )
     session.add(connector)
     session.flush()
+    if index_every_minutes is not None:
+        _create_default_pipeline(session, workspace, connector, now=now or datetime.now(UTC))
     return connector
+
+
+def _create_default_pipeline(
+    session: Session, workspace: Workspace, connector: Connector, *, now: datetime
+) -> Pipeline:
+    """The connector's own periodic indexing, as a system-managed pipeline into the KB root."""
+    assert connector.indexing_frequency_minutes is not None
+    pipeline = Pipeline(
+        workspace_id=workspace.id,
+        connector_id=connector.id,
+        name=f"{connector.name} #{connector.id} (periodic indexing)",
+        save_to_kb=True,
+        enabled=True,
+        created_by=workspace.owner_user_id,
+        system_managed=True,
+    )
+    session.add(pipeline)
+    session.flush()
+    next_fire = next_interval_fire(connector.indexing_frequency_minutes, after=now)
+    session.add(
+        PipelineTrigger(
+            workspace_id=workspace.id,
+            pipeline_id=pipeline.id,
+            kind=TriggerKind.SCHEDULE.value,
+            interval_minutes=connector.indexing_frequency_minutes,
+            next_fire_at=next_fire,
+        )
+    )
+    connector.next_scheduled_at = next_fire
+    session.flush()
+    return pipeline
+
+
+DEDUP_REASON = "a user pipeline over this connector owns its indexing"
+
+
+def reconcile_connector_indexing(session: Session, connector_id: int, *, now: datetime | None = None) -> None:
+    """The de-dup guard: one scheduler per connector.
+
+    While any enabled user pipeline wraps the connector, the connector's own
+    periodic indexing (its system-managed pipeline's schedule) is off; when the
+    last one is disabled or deleted, that schedule comes back. A schedule that
+    was switched off for another reason is left alone.
+    """
+    connector = session.get(Connector, connector_id)
+    if connector is None:
+        return
+    trigger = session.scalar(
+        sa.select(PipelineTrigger)
+        .join(Pipeline, PipelineTrigger.pipeline_id == Pipeline.id)
+        .where(
+            Pipeline.connector_id == connector_id,
+            Pipeline.system_managed.is_(True),
+            PipelineTrigger.kind == TriggerKind.SCHEDULE.value,
+        )
+    )
+    if trigger is None:
+        return
+    owned = session.scalar(
+        sa.select(sa.func.count())
+        .select_from(Pipeline)
+        .where(
+            Pipeline.connector_id == connector_id,
+            Pipeline.system_managed.is_(False),
+            Pipeline.enabled.is_(True),
+        )
+    )
+    if owned and trigger.enabled:
+        trigger.enabled = False
+        trigger.disabled_reason = DEDUP_REASON
+        trigger.next_fire_at = None
+        connector.periodic_indexing_enabled = False
+        connector.next_scheduled_at = None
+    elif not owned and not trigger.enabled and trigger.disabled_reason == DEDUP_REASON:
+        assert trigger.interval_minutes is not None
+        trigger.enabled = True
+        trigger.disabled_reason = None
+        trigger.next_fire_at = next_interval_fire(trigger.interval_minutes, after=now or datetime.now(UTC))
+        connector.periodic_indexing_enabled = True
+        connector.next_scheduled_at = trigger.next_fire_at
+    session.flush()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,4 +295,35 @@ def create_pipeline(
             )
         )
         session.flush()
+    if connector_id is not None:
+        reconcile_connector_indexing(session, connector_id, now=now)
     return pipeline
+
+
+def get_pipeline(session: Session, *, workspace_id: int, pipeline_id: int) -> Pipeline:
+    pipeline = session.get(Pipeline, pipeline_id)
+    if pipeline is None or pipeline.workspace_id != workspace_id:
+        raise NotFoundError(f"pipeline {pipeline_id} is not in workspace {workspace_id}")
+    return pipeline
+
+
+def set_pipeline_enabled(
+    session: Session, *, workspace_id: int, pipeline_id: int, enabled: bool, now: datetime | None = None
+) -> Pipeline:
+    pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    pipeline.enabled = enabled
+    session.flush()
+    if pipeline.connector_id is not None:
+        reconcile_connector_indexing(session, pipeline.connector_id, now=now)
+    return pipeline
+
+
+def delete_pipeline(
+    session: Session, *, workspace_id: int, pipeline_id: int, now: datetime | None = None
+) -> None:
+    pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    connector_id = pipeline.connector_id
+    session.delete(pipeline)
+    session.flush()
+    if connector_id is not None:
+        reconcile_connector_indexing(session, connector_id, now=now)

@@ -1,0 +1,150 @@
+"""Turn a stored crawl into knowledge-base documents: pending rows first, then content.
+
+Phase one makes a `pending` document for every URL not yet in the workspace, so
+the KB shows what is coming; phase two fills in content in batches, updating
+in place and skipping pages whose content hash has not changed. A failed or
+empty page marks its document failed but keeps its last good content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipelines_dagster.app_db.engine import dialect_insert
+from pipelines_dagster.app_db.models import Document, DocumentState
+
+DOCUMENT_TYPE = "CRAWLED_URL"
+DEFAULT_BATCH_SIZE = 500
+
+
+def document_identity(url: str, workspace_id: int) -> str:
+    """One document per URL per workspace."""
+    return hashlib.sha256(f"{DOCUMENT_TYPE}:{url}:{workspace_id}".encode()).hexdigest()
+
+
+def content_hash(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+@dataclass(kw_only=True)
+class IndexStats:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Destination:
+    workspace_id: int
+    pipeline_id: int
+    connector_id: int | None
+    folder_id: int | None
+    """None is the workspace root."""
+
+
+def _batches(records: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[Mapping[str, Any]]]:
+    iterator = iter(records)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def index_crawl(
+    sessions: sessionmaker[Session],
+    destination: Destination,
+    records: Callable[[], Iterable[Mapping[str, Any]]],
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> IndexStats:
+    """Index crawl records (one per URL, as stored in the crawl blob); `records` is read twice."""
+    _create_pending(sessions, destination, records(), batch_size)
+    stats = IndexStats()
+    for batch in _batches(records(), batch_size):
+        with sessions() as session, session.begin():
+            by_identity = _documents(session, destination.workspace_id, batch)
+            for record in batch:
+                document = by_identity[document_identity(record["url"], destination.workspace_id)]
+                if record["status"] == "success":
+                    _apply_content(document, record, destination, stats)
+                else:
+                    document.status_state = DocumentState.FAILED.value
+                    document.status_reason = record.get("error") or f"crawl ended {record['status']}"
+                    stats.failed += 1
+    return stats
+
+
+def _create_pending(
+    sessions: sessionmaker[Session],
+    destination: Destination,
+    records: Iterable[Mapping[str, Any]],
+    batch_size: int,
+) -> None:
+    """Insert pending rows for URLs the workspace has no document for."""
+    for batch in _batches(records, batch_size):
+        rows = [
+            {
+                "workspace_id": destination.workspace_id,
+                "folder_id": destination.folder_id,
+                "connector_id": destination.connector_id,
+                "pipeline_id": destination.pipeline_id,
+                "document_type": DOCUMENT_TYPE,
+                "url": record["url"],
+                "unique_identifier_hash": document_identity(record["url"], destination.workspace_id),
+                "title": record["url"],
+                "document_metadata": {},
+                "status_state": DocumentState.PENDING.value,
+            }
+            for record in batch
+        ]
+        with sessions() as session, session.begin():
+            insert = dialect_insert(session, Document).values(rows)
+            session.execute(insert.on_conflict_do_nothing(index_elements=["unique_identifier_hash"]))
+
+
+def _documents(session: Session, workspace_id: int, batch: list[Mapping[str, Any]]) -> dict[str, Document]:
+    identities = [document_identity(record["url"], workspace_id) for record in batch]
+    documents = session.scalars(
+        sa.select(Document).where(Document.unique_identifier_hash.in_(identities))
+    )
+    return {document.unique_identifier_hash: document for document in documents}
+
+
+def _apply_content(
+    document: Document,
+    record: Mapping[str, Any],
+    destination: Destination,
+    stats: IndexStats,
+) -> None:
+    # A document that never held content (pending, or failed until now) is created by this crawl.
+    is_new = document.content_hash is None
+    content = record.get("content") or ""
+    digest = record.get("content_hash") or content_hash(content)
+    if (
+        not is_new
+        and document.content_hash == digest
+        and document.status_state == DocumentState.READY.value
+        and document.folder_id == destination.folder_id
+    ):
+        stats.unchanged += 1
+        return
+    metadata = dict(record.get("metadata") or {})
+    document.content = content
+    document.content_hash = digest
+    document.title = metadata.get("title") or record["url"]
+    document.document_metadata = metadata
+    document.status_state = DocumentState.READY.value
+    document.status_reason = None
+    document.folder_id = destination.folder_id
+    document.pipeline_id = destination.pipeline_id
+    document.connector_id = destination.connector_id
+    if is_new:
+        stats.created += 1
+    else:
+        stats.updated += 1

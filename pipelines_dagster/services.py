@@ -1,0 +1,35 @@
+"""Catalog changes that Dagster must see at once: a pipeline's partition comes and goes with it.
+
+The CLI and the HTTP API both go through these, inside the caller's transaction:
+the partition is registered before the commit, so a failure leaves neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipelines_dagster.app_db.models import Connector, Pipeline
+from pipelines_dagster.core import catalog
+from pipelines_dagster.partitions import add_pipeline_partitions, remove_pipeline_partition
+
+
+def create_connector(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Connector:
+    connector = catalog.create_connector(session, **fields)
+    system_pipelines = session.scalars(sa.select(Pipeline.id).where(Pipeline.connector_id == connector.id))
+    add_pipeline_partitions(instance, system_pipelines)
+    return connector
+
+
+def create_pipeline(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Pipeline:
+    pipeline = catalog.create_pipeline(session, **fields)
+    add_pipeline_partitions(instance, [pipeline.id])
+    return pipeline
+
+
+def delete_pipeline(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, pipeline_id: int) -> None:
+    catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    remove_pipeline_partition(instance, pipeline_id)

@@ -1,0 +1,528 @@
+"""The crawl engine: fetches URLs politely and safely and extracts their text, one outcome per URL.
+
+Plain asyncio and httpx with no Dagster in it; the `crawler` resource wraps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import multiprocessing
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from functools import partial
+from typing import Any, Literal
+from urllib.parse import urljoin
+
+import httpx
+from protego import Protego
+
+from pipelines_dagster.core.extract import HTML_TYPES, PLAIN_TEXT, Extracted, extract_page
+from pipelines_dagster.core.ssrf import AddressError, AddressGuard, NetworkPolicy, PinnedTransport, Resolver
+from pipelines_dagster.core.validation import InvalidInputError, validate_url
+
+MiB = 1024 * 1024
+CrawlStatus = Literal["success", "empty", "failed"]
+PAGE_TYPES = HTML_TYPES | {PLAIN_TEXT}
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9"
+# URLs started ahead of the slowest one: enough to keep every host slot busy, few enough that
+# pages waiting for extraction do not pile up in memory.
+_WINDOW_PER_SLOT = 4
+_DRAIN_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True)
+class CrawlerConfig:
+    """How a crawl behaves; the defaults suit production. Timeouts and delays are in seconds.
+
+    `total_timeout` bounds one request attempt, from sending it to the last body byte, so a
+    timed-out attempt can still be retried. `max_retry_delay` caps both the exponential backoff
+    and a server's Retry-After. `extract_workers` defaults to the number of usable cores.
+    """
+
+    user_agent: str = "pipelines-dagster/0.1 (knowledge-base web crawler)"
+    global_concurrency: int = 16
+    per_host_concurrency: int = 4
+    connect_timeout: float = 10.0
+    total_timeout: float = 30.0
+    max_body_bytes: int = 5 * MiB
+    max_attempts: int = 3
+    backoff_base: float = 0.5
+    backoff_factor: float = 2.0
+    max_retry_delay: float = 30.0
+    max_redirects: int = 5
+    obey_robots: bool = True
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    extract_workers: int | None = None
+
+    def __post_init__(self) -> None:
+        at_least = {
+            "global_concurrency": 1,
+            "per_host_concurrency": 1,
+            "max_body_bytes": 1,
+            "max_attempts": 1,
+            "max_redirects": 0,
+            "backoff_base": 0,
+            "backoff_factor": 1,
+            "max_retry_delay": 0,
+        }
+        for name, minimum in at_least.items():
+            if getattr(self, name) < minimum:
+                raise ValueError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
+        for name in ("connect_timeout", "total_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
+        if self.extract_workers is not None and self.extract_workers < 1:
+            raise ValueError(
+                f"extract_workers must be at least 1 (or None for one per core), got {self.extract_workers}"
+            )
+
+
+@dataclass(frozen=True)
+class PreviousFetch:
+    """What the previous crawl learned about a URL, so an unchanged page is not fetched or extracted again."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    raw_hash: str | None = None
+    content_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class CrawlOutcome:
+    """The result for one URL.
+
+    `error` says why a URL is `failed` or `empty` and is None on success. When `unchanged` is
+    true the page is as the previous crawl left it: `content` is empty and the caller reuses the
+    previous content. `raw_hash` is the sha256 of the body bytes, `content_hash` that of the
+    normalized extracted text. `attempts` counts tries of the last request made for the URL;
+    `fetched_at` is when its crawl started and `elapsed` how long it took, retries included.
+    """
+
+    url: str
+    final_url: str
+    status: CrawlStatus
+    fetched_at: datetime
+    elapsed: float
+    attempts: int
+    http_status: int | None = None
+    content: str = ""
+    metadata: dict[str, str | None] = field(default_factory=dict)
+    error: str | None = None
+    content_hash: str | None = None
+    raw_hash: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    unchanged: bool = False
+
+
+class Crawler:
+    """Crawls URLs into outcomes.
+
+    Extraction runs in a process pool created on first use and kept for later crawls until close().
+    Its workers start by forkserver (or spawn), which imports the main module again: a script that
+    crawls needs the usual `if __name__ == "__main__":` guard.
+    """
+
+    def __init__(self, config: CrawlerConfig, *, resolver: Resolver | None = None) -> None:
+        self.config = config
+        self._resolver = resolver
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def crawl(
+        self, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch] | None = None
+    ) -> AsyncIterator[CrawlOutcome]:
+        """Yield one outcome per distinct URL as each completes. A failed URL never stops the crawl.
+
+        `previous` maps a URL to what the last crawl of it returned, for conditional requests.
+        """
+        config = self.config
+        known = previous or {}
+        guard = AddressGuard(config.network, resolver=self._resolver)
+        limits = httpx.Limits(
+            max_connections=config.global_concurrency, max_keepalive_connections=config.global_concurrency
+        )
+        async with httpx.AsyncClient(
+            transport=PinnedTransport(guard, limits=limits),
+            headers={"User-Agent": config.user_agent, "Accept": _ACCEPT},
+            timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
+            follow_redirects=False,  # each hop is checked by _CrawlRun before it is requested
+        ) as client:
+            run = _CrawlRun(config, guard=guard, client=client, extract=self._extract)
+            todo = _distinct(urls)
+            window = _WINDOW_PER_SLOT * config.global_concurrency
+            pending: set[asyncio.Task[CrawlOutcome]] = set()
+            try:
+                while True:
+                    for url in itertools.islice(todo, window - len(pending)):
+                        pending.add(asyncio.create_task(run.crawl_url(url, known.get(url))))
+                    if not pending:
+                        return
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        yield task.result()
+            finally:
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    def crawl_all(
+        self, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch] | None = None
+    ) -> list[CrawlOutcome]:
+        """Crawl to the end in a new event loop and return the outcomes in input order.
+
+        For synchronous callers; inside a running event loop iterate `crawl` instead.
+        """
+        ordered = list(_distinct(urls))
+
+        async def collect() -> list[CrawlOutcome]:
+            return [outcome async for outcome in self.crawl(ordered, previous=previous)]
+
+        position = {url: index for index, url in enumerate(ordered)}
+        return sorted(asyncio.run(collect()), key=lambda outcome: position[outcome.url])
+
+    def close(self) -> None:
+        """Stop the extraction workers; a later crawl starts new ones."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> Crawler:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def _extract(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.config.extract_workers or _usable_cores(), mp_context=_worker_context()
+            )
+        pool = self._pool
+        job = partial(extract_page, body, media_type=media_type, charset=charset, url=url)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, job)
+        except BrokenProcessPool:
+            # A dead worker (killed for memory, say) breaks the whole pool: replace it for the next page.
+            if self._pool is pool:
+                self._pool = None
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise _Failed("the text extraction worker died while extracting this page") from None
+        except Exception as exc:
+            raise _Failed(f"text extraction failed: {exc!r}") from None
+
+
+class _Failed(Exception):
+    """Ends one URL as `failed`; the message is the outcome's reason."""
+
+
+@dataclass
+class _Progress:
+    """What is known about one URL so far, kept for its outcome even when it fails midway."""
+
+    final_url: str
+    attempts: int = 0
+    http_status: int | None = None
+
+
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    headers: httpx.Headers
+    media_type: str = ""
+    charset: str | None = None
+    body: bytes = b""
+    raw_hash: str | None = None
+
+
+class _CrawlRun:
+    """One crawl's shared state: the HTTP client, the address guard, host slots and robots rules."""
+
+    def __init__(
+        self,
+        config: CrawlerConfig,
+        *,
+        guard: AddressGuard,
+        client: httpx.AsyncClient,
+        extract: Callable[..., Awaitable[Extracted]],
+    ) -> None:
+        self._config = config
+        self._guard = guard
+        self._client = client
+        self._extract = extract
+        self._global_slots = asyncio.Semaphore(config.global_concurrency)
+        self._host_slots: dict[str, asyncio.Semaphore] = {}
+        self._robots: dict[str, Protego | None] = {}
+        self._robots_locks: dict[str, asyncio.Lock] = {}
+
+    async def crawl_url(self, url: str, previous: PreviousFetch | None) -> CrawlOutcome:
+        started = time.monotonic()
+        fetched_at = datetime.now(UTC)
+        progress = _Progress(final_url=url)
+
+        def outcome(status: CrawlStatus, **fields: Any) -> CrawlOutcome:
+            return CrawlOutcome(
+                url=url,
+                final_url=progress.final_url,
+                status=status,
+                fetched_at=fetched_at,
+                elapsed=time.monotonic() - started,
+                attempts=progress.attempts,
+                http_status=progress.http_status,
+                **fields,
+            )
+
+        try:
+            response = await self._fetch(url, previous=previous, progress=progress, media_types=PAGE_TYPES)
+            etag = response.headers.get("etag")
+            last_modified = response.headers.get("last-modified")
+            if response.status == 304:
+                if previous is None:
+                    raise _Failed("HTTP 304 Not Modified to a request that was not conditional")
+                return outcome(
+                    "success",
+                    unchanged=True,
+                    raw_hash=previous.raw_hash,
+                    content_hash=previous.content_hash,
+                    etag=etag or previous.etag,
+                    last_modified=last_modified or previous.last_modified,
+                )
+            if previous is not None and previous.raw_hash == response.raw_hash:
+                return outcome(
+                    "success",
+                    unchanged=True,
+                    raw_hash=response.raw_hash,
+                    content_hash=previous.content_hash,
+                    etag=etag,
+                    last_modified=last_modified,
+                )
+            extracted = await self._extract(
+                response.body, media_type=response.media_type, charset=response.charset, url=progress.final_url
+            )
+            return outcome(
+                "success" if extracted.content_hash else "empty",
+                content=extracted.content,
+                metadata=extracted.metadata,
+                error=None if extracted.content_hash else "no text could be extracted from the page",
+                content_hash=extracted.content_hash,
+                raw_hash=response.raw_hash,
+                etag=etag,
+                last_modified=last_modified,
+            )
+        except _Failed as exc:
+            return outcome("failed", error=str(exc))
+        except Exception as exc:  # continue-on-fail: a bug met on one page must not end the crawl
+            return outcome("failed", error=f"unexpected error: {exc!r}")
+
+    async def _fetch(
+        self,
+        url: str,
+        *,
+        previous: PreviousFetch | None,
+        progress: _Progress,
+        media_types: frozenset[str] | None,
+        obey_robots: bool = True,
+    ) -> _Response:
+        """The final response for `url`, following redirects ourselves so every hop is checked."""
+        current = _checked_url(url)
+        for _ in range(self._config.max_redirects + 1):
+            progress.final_url = current
+            host = _host(current)
+            try:
+                async with asyncio.timeout(self._config.connect_timeout):
+                    await self._guard.addresses(host)
+            except AddressError as exc:
+                raise _Failed(str(exc)) from None
+            except TimeoutError:
+                raise _Failed(f"resolving {host!r} timed out after {self._config.connect_timeout:g} s") from None
+            if obey_robots and self._config.obey_robots and not await self._robots_allow(current):
+                raise _Failed("disallowed by robots.txt")
+            response = await self._request(current, previous=previous, progress=progress, media_types=media_types)
+            if response.status not in REDIRECT_STATUSES:
+                return response
+            location = response.headers.get("location")
+            if not location:
+                raise _Failed(f"HTTP {response.status} redirect without a Location header")
+            current = _checked_url(urljoin(current, location))
+        raise _Failed(f"too many redirects (more than {self._config.max_redirects})")
+
+    async def _request(
+        self,
+        url: str,
+        *,
+        previous: PreviousFetch | None,
+        progress: _Progress,
+        media_types: frozenset[str] | None,
+    ) -> _Response:
+        """One hop's response, retrying 429, 5xx, timeouts and connection errors with backoff."""
+        config = self._config
+        headers = _conditional_headers(previous)
+        attempt = 0
+        while True:
+            attempt += 1
+            progress.attempts = attempt
+            retry_after: float | None = None
+            try:
+                response = await self._send(url, headers=headers, media_types=media_types, progress=progress)
+            except AddressError as exc:
+                raise _Failed(str(exc)) from None
+            except httpx.ConnectTimeout:
+                reason = f"connect timed out after {config.connect_timeout:g} s"
+            except (httpx.TimeoutException, TimeoutError):
+                reason = f"timed out after {config.total_timeout:g} s"
+            except httpx.TransportError as exc:
+                reason = f"connection failed: {exc or type(exc).__name__}"
+            else:
+                if response.status == 429 or response.status >= 500:
+                    reason = f"HTTP {response.status}"
+                    retry_after = retry_after_seconds(response.headers.get("retry-after"))
+                elif response.status < 300 or response.status == 304 or response.status in REDIRECT_STATUSES:
+                    return response
+                else:
+                    raise _Failed(f"HTTP {response.status}")
+            if attempt >= config.max_attempts:
+                raise _Failed(reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)")
+            backoff = config.backoff_base * config.backoff_factor ** (attempt - 1)
+            await asyncio.sleep(min(backoff if retry_after is None else retry_after, config.max_retry_delay))
+
+    async def _send(
+        self, url: str, *, headers: dict[str, str], media_types: frozenset[str] | None, progress: _Progress
+    ) -> _Response:
+        """One attempt. A 2xx body is read (checked for type and size) before the slots are freed."""
+        config = self._config
+        host_slots = self._host_slots.setdefault(_host(url), asyncio.Semaphore(config.per_host_concurrency))
+        # The host slot first: a request queued behind a busy host must not hold a global slot
+        # that a request to an idle host could use.
+        async with host_slots, self._global_slots, asyncio.timeout(config.total_timeout):
+            async with self._client.stream("GET", url, headers=headers) as response:
+                progress.http_status = response.status_code
+                if not response.is_success:
+                    await _drain(response)
+                    return _Response(status=response.status_code, headers=response.headers)
+                media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if media_types is not None and media_type not in media_types:
+                    raise _Failed(
+                        f"unsupported content type {media_type or '(none declared)'!r}; "
+                        "only HTML, XHTML and plain text pages are crawled"
+                    )
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > config.max_body_bytes:
+                    raise _Failed(f"body larger than {config.max_body_bytes} bytes ({declared} declared)")
+                body = bytearray()
+                digest = hashlib.sha256()
+                try:
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > config.max_body_bytes:
+                            raise _Failed(f"body larger than {config.max_body_bytes} bytes")
+                        digest.update(chunk)
+                except httpx.DecodingError as exc:
+                    raise _Failed(f"the body could not be decoded: {exc}") from None
+                return _Response(
+                    status=response.status_code,
+                    headers=response.headers,
+                    media_type=media_type,
+                    charset=response.charset_encoding,
+                    body=bytes(body),
+                    raw_hash=digest.hexdigest(),
+                )
+
+    async def _robots_allow(self, url: str) -> bool:
+        parts = httpx.URL(url)
+        origin = f"{parts.scheme}://{parts.netloc.decode('ascii')}"
+        if origin not in self._robots:
+            # One robots.txt request per origin even when many of its URLs start together.
+            async with self._robots_locks.setdefault(origin, asyncio.Lock()):
+                if origin not in self._robots:
+                    self._robots[origin] = await self._load_robots(origin)
+        rules = self._robots[origin]
+        return rules is None or rules.can_fetch(url, self._config.user_agent)
+
+    async def _load_robots(self, origin: str) -> Protego | None:
+        """The origin's robots.txt rules, or None (allow all) when it has none or cannot be read."""
+        robots_url = f"{origin}/robots.txt"
+        try:
+            response = await self._fetch(
+                robots_url, previous=None, progress=_Progress(robots_url), media_types=None, obey_robots=False
+            )
+        except _Failed:
+            return None
+        if response.status != 200:
+            return None
+        return Protego.parse(response.body.decode("utf-8", errors="replace"))
+
+
+def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds a Retry-After header (delta seconds or an HTTP date) asks to wait; None if absent or invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+async def _drain(response: httpx.Response) -> None:
+    """Read a short redirect or error body, so its connection can serve the next request."""
+    seen = 0
+    async for chunk in response.aiter_raw():
+        seen += len(chunk)
+        if seen > _DRAIN_LIMIT:
+            return  # not worth reading: leaving it unread closes the connection instead
+
+
+def _conditional_headers(previous: PreviousFetch | None) -> dict[str, str]:
+    # The validators came from the final response of this URL's redirect chain; sending them on
+    # every hop is harmless because a redirecting hop has other validators and never matches.
+    headers: dict[str, str] = {}
+    if previous is not None and previous.etag:
+        headers["If-None-Match"] = previous.etag
+    if previous is not None and previous.last_modified:
+        headers["If-Modified-Since"] = previous.last_modified
+    return headers
+
+
+def _checked_url(url: str) -> str:
+    try:
+        return validate_url(url)
+    except InvalidInputError as exc:
+        raise _Failed(exc.message) from None
+
+
+def _host(url: str) -> str:
+    # The ASCII (IDNA) form, the one httpcore hands the network backend, so both share guard answers.
+    return httpx.URL(url).raw_host.decode("ascii")
+
+
+def _distinct(urls: Iterable[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for url in urls:
+        if url not in seen:
+            seen.add(url)
+            yield url
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    # Not fork: forking a threaded parent (asyncio's resolver threads, Dagster's) can deadlock the child.
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")

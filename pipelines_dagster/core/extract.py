@@ -1,0 +1,91 @@
+"""Turns a fetched body into text: charset decoding, then trafilatura markdown and metadata for HTML.
+
+It runs in worker processes, so it takes and returns plain picklable values.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass
+
+import trafilatura
+from lxml.html import HtmlElement
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+PLAIN_TEXT = "text/plain"
+METADATA_FIELDS = ("title", "description", "author", "date", "language")
+
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
+# The HTML standard has parsers look for <meta charset> in the first 1024 bytes only.
+_META_CHARSET_WINDOW = 1024
+_BLANK_RUN = re.compile(r"\n{3,}")
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """A page's text (markdown for HTML), the hash of its normalized form, and its metadata.
+
+    `content_hash` is None when the page has no text.
+    """
+
+    content: str
+    content_hash: str | None
+    metadata: dict[str, str | None]
+
+
+def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
+    """Text and metadata of a body of `media_type` (HTML, XHTML or plain text) fetched from `url`."""
+    text = decode_body(body, charset=charset, html=media_type in HTML_TYPES)
+    if media_type not in HTML_TYPES:
+        return _extracted(text, dict.fromkeys(METADATA_FIELDS))
+    tree = trafilatura.load_html(text)
+    if tree is None:
+        return _extracted("", dict.fromkeys(METADATA_FIELDS))
+    # Not `extensive`: scanning the whole text for dates would cost several times the extraction itself.
+    found = trafilatura.extract_metadata(tree, default_url=url, extensive=False)
+    metadata = {name: getattr(found, name) or None for name in METADATA_FIELDS}
+    # trafilatura fills `language` only when filtering by language; the page's own declaration serves.
+    metadata["language"] = metadata["language"] or _declared_language(tree)
+    markdown = trafilatura.extract(tree, url=url, output_format="markdown", include_tables=True)
+    return _extracted(markdown or "", metadata)
+
+
+def decode_body(body: bytes, *, charset: str | None, html: bool) -> str:
+    """`body` as text: a byte-order mark wins, then the declared charset, then (for HTML) a
+    <meta> charset, then UTF-8. Bytes invalid in the chosen encoding become U+FFFD."""
+    for bom, encoding in _BOMS:
+        if body.startswith(bom):
+            return body.decode(encoding, errors="replace")
+    candidates = [charset]
+    if html and (match := _META_CHARSET.search(body[:_META_CHARSET_WINDOW])):
+        candidates.append(match.group(1).decode("ascii"))
+    for candidate in candidates:
+        if candidate:
+            try:
+                return body.decode(candidate, errors="replace")
+            except LookupError:
+                continue  # a charset name Python does not know, or not a text encoding
+    return body.decode("utf-8", errors="replace")
+
+
+def normalize_content(text: str) -> str:
+    """The form content is hashed in: NFC, LF line ends, no trailing blanks, at most one blank line."""
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return _BLANK_RUN.sub("\n\n", text).strip()
+
+
+def _extracted(content: str, metadata: dict[str, str | None]) -> Extracted:
+    normalized = normalize_content(content)
+    digest = hashlib.sha256(normalized.encode("utf-8")).hexdigest() if normalized else None
+    return Extracted(content=content, content_hash=digest, metadata=metadata)
+
+
+def _declared_language(tree: HtmlElement) -> str | None:
+    root = tree.getroottree().getroot()
+    declared = root.get("lang") or root.get("{http://www.w3.org/XML/1998/namespace}lang") or ""
+    return declared.strip() or None

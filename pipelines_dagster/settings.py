@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from ipaddress import ip_network
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -38,6 +39,10 @@ class Settings(BaseSettings):
     billing_enabled: bool = False
     micros_per_crawl: int = Field(default=1000, ge=0)
     crawler_allow_private_networks: bool = False
+    crawler_allowed_networks: str = Field(
+        default="",
+        description="Comma-separated networks the crawler may reach despite the SSRF guard, e.g. 127.0.0.1/32.",
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -82,6 +87,22 @@ class Settings(BaseSettings):
         if parsed.scheme in {"redis", "rediss", "unix"} and (parsed.netloc or parsed.path):
             return value
         raise ValueError("must be 'database' or a redis:// URL such as redis://127.0.0.1:6379/0")
+
+    @field_validator("crawler_allowed_networks")
+    @classmethod
+    def _allowed_networks(cls, value: str) -> str:
+        for network in filter(None, (part.strip() for part in value.split(","))):
+            try:
+                ip_network(network)
+            except ValueError:
+                raise ValueError(
+                    f"{network!r} is not a network; write CIDRs like 127.0.0.1/32,10.20.0.0/16"
+                ) from None
+        return value
+
+    @cached_property
+    def allowed_networks(self) -> tuple[str, ...]:
+        return tuple(filter(None, (part.strip() for part in self.crawler_allowed_networks.split(","))))
 
     @cached_property
     def resolved_database_url(self) -> str:

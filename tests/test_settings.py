@@ -9,7 +9,7 @@ from pipelines_dagster.settings import SettingsError, load_settings
 VARIABLES = [
     "PIPELINES_DATA_DIR", "PIPELINES_DATABASE_URL", "PIPELINES_BLOB_STORE", "PIPELINES_S3_ENDPOINT_URL",
     "PIPELINES_LOCKS", "PIPELINES_BILLING_ENABLED", "PIPELINES_MICROS_PER_CRAWL",
-    "PIPELINES_CRAWLER_ALLOW_PRIVATE_NETWORKS",
+    "PIPELINES_CRAWLER_ALLOW_PRIVATE_NETWORKS", "PIPELINES_CRAWLER_ALLOWED_NETWORKS",
 ]
 
 
@@ -28,6 +28,12 @@ def test_embedded_defaults_need_no_servers(tmp_path):
     assert settings.locks == "database"
     assert (settings.billing_enabled, settings.micros_per_crawl) == (False, 1000)
     assert settings.crawler_allow_private_networks is False
+    assert settings.allowed_networks == ()
+
+
+def test_allowed_networks_are_a_comma_separated_list(monkeypatch):
+    monkeypatch.setenv("PIPELINES_CRAWLER_ALLOWED_NETWORKS", " 127.0.0.1/32, ::1/128 ,")
+    assert load_settings().allowed_networks == ("127.0.0.1/32", "::1/128")
 
 
 def test_production_values_are_parsed(monkeypatch):
@@ -58,6 +64,7 @@ def test_production_values_are_parsed(monkeypatch):
         ("PIPELINES_MICROS_PER_CRAWL", "-1"),
         ("PIPELINES_MICROS_PER_CRAWL", "lots"),
         ("PIPELINES_CRAWLER_ALLOW_PRIVATE_NETWORKS", "perhaps"),
+        ("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "127.0.0.1/32,localhost"),
     ],
 )
 def test_a_wrong_value_fails_naming_the_variable(monkeypatch, variable, value):

@@ -9,6 +9,7 @@ import dagster as dg
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
+from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, RedisLocksResource
 from pipelines_dagster.settings import ENV_PREFIX, Settings
 
@@ -46,6 +47,10 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "app_db": app_db,
         "blob_store": blob_store,
         "locks": locks,
+        "crawler": CrawlerResource(
+            allow_private_networks=settings.crawler_allow_private_networks,
+            allowed_networks=list(settings.allowed_networks),
+        ),
         "billing": BillingResource(
             app_db=app_db,
             billing_enabled=settings.billing_enabled,

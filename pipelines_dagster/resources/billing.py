@@ -17,7 +17,7 @@ class BillingResource(dg.ConfigurableResource):
     micros_per_crawl: int = 1000
 
     @property
-    def _billing(self) -> Billing:
+    def billing(self) -> Billing:
         return Billing(
             self.app_db.sessions,
             enabled=self.billing_enabled,
@@ -25,14 +25,14 @@ class BillingResource(dg.ConfigurableResource):
         )
 
     def successes_to_micros(self, successes: int) -> int:
-        return self._billing.successes_to_micros(successes)
+        return self.billing.successes_to_micros(successes)
 
     def check_credits(self, workspace_id: int, url_count: int) -> None:
-        self._billing.check_credits(workspace_id, url_count)
+        self.billing.check_credits(workspace_id, url_count)
 
     def charge(
         self, workspace_id: int, micros: int, *, idempotency_key: str, usage: Mapping[str, Any]
     ) -> ChargeResult:
-        return self._billing.charge(
+        return self.billing.charge(
             workspace_id, micros, idempotency_key=idempotency_key, usage=usage
         )

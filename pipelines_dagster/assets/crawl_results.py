@@ -1,0 +1,99 @@
+"""`crawl_results[pipeline]`: one crawl of a pipeline's URLs, stored as a JSON Lines blob and billed once."""
+
+import dagster as dg
+
+from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
+from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.billing import BillingResource
+from pipelines_dagster.resources.blob_store import BlobStoreResource
+from pipelines_dagster.resources.crawler import CrawlerResource
+from pipelines_dagster.resources.locks import LocksResource
+
+CRAWL_RESULTS = dg.AssetKey("crawl_results")
+
+# Safe to retry: the charge is keyed by the root run, documents are upserts, and the
+# blob is replaced whole. Guard failures are marked not retryable.
+CRAWL_RETRY_POLICY = dg.RetryPolicy(
+    max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
+)
+
+
+def latest_crawl_blob(instance: dg.DagsterInstance, partition_key: str) -> tuple[str, str] | None:
+    """(blob key, run id) of the partition's newest crawl, read from the event log."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=CRAWL_RESULTS, asset_partitions=[partition_key]), limit=1
+    ).records
+    if not records:
+        return None
+    materialization = records[0].asset_materialization
+    blob_key = materialization.metadata.get("blob_key") if materialization else None
+    return (blob_key.value, records[0].run_id) if blob_key else None
+
+
+def refused(reason: str) -> dg.Failure:
+    return dg.Failure(description=reason, allow_retries=False)
+
+
+def _failed_urls_table(report: CrawlReport) -> str:
+    rows = [f"| {url} | {reason.replace('|', '/')} |" for url, reason in report.failed_urls]
+    return "\n".join(["| URL | reason |", "|---|---|", *rows]) if rows else "none"
+
+
+@dg.asset(
+    partitions_def=pipelines_partitions,
+    retry_policy=CRAWL_RETRY_POLICY,
+    kinds={"python"},
+    description=__doc__,
+)
+def crawl_results(
+    context: dg.AssetExecutionContext,
+    app_db: AppDatabaseResource,
+    locks: LocksResource,
+    billing: BillingResource,
+    blob_store: BlobStoreResource,
+    crawler: CrawlerResource,
+) -> dg.MaterializeResult:
+    pipeline_id = int(context.partition_key)
+    try:
+        plan = load_plan(app_db.engine, pipeline_id)
+    except RunRefused as exc:
+        raise refused(str(exc)) from None
+    run = context.run
+    previous = latest_crawl_blob(context.instance, context.partition_key)
+    # Keyed by the root run, so a retried step or a re-executed run charges once.
+    charge_key = f"crawl:{run.root_run_id or run.run_id}:{context.partition_key}"
+    try:
+        report = execute_crawl(
+            plan,
+            run_id=run.run_id,
+            charge_key=charge_key,
+            locks=locks.locks,
+            billing=billing.billing,
+            blob_store=blob_store.store(),
+            crawler=crawler.crawler,
+            previous_blob_key=previous[0] if previous else None,
+        )
+    except RunRefused as exc:
+        raise refused(str(exc)) from None
+    if report.lock_lost:
+        context.log.warning("a lock expired during the crawl; another run may have overlapped it")
+    metadata: dict[str, dg.RawMetadataValue] = {
+        "pipeline_id": plan.pipeline_id,
+        "workspace_id": plan.workspace_id,
+        "urls_attempted": report.attempted,
+        "urls_succeeded": report.succeeded,
+        "urls_empty": report.empty,
+        "urls_failed": report.failed,
+        "urls_unchanged": report.unchanged,
+        "bytes": report.bytes_written,
+        "blob_key": report.blob_key,
+        "blob_url": dg.MetadataValue.url(report.blob_url),
+        "charged_micros": report.charged_micros,
+        "duration_seconds": round(report.duration_seconds, 3),
+        "failed_urls": dg.MetadataValue.md(_failed_urls_table(report)),
+        "previous_crawl_run_id": previous[1] if previous else "",
+    }
+    if not plan.save_to_kb:
+        metadata["kb_documents"] = "skipped: this pipeline keeps the raw crawl only (save to KB is off)"
+    return dg.MaterializeResult(metadata=metadata)

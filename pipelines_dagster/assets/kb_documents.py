@@ -1,0 +1,62 @@
+"""`kb_documents[pipeline]`: the partition's latest stored crawl, upserted into its KB folder.
+
+Reads the blob, never the web, so a backfill of this asset alone re-indexes
+without crawling or charging. Pipelines that keep only the raw crawl skip it.
+"""
+
+import dagster as dg
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.assets.crawl_results import crawl_results, latest_crawl_blob
+from pipelines_dagster.core.kb_index import Destination, index_crawl
+from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.blob_store import BlobStoreResource
+
+
+@dg.asset(
+    partitions_def=pipelines_partitions,
+    deps=[crawl_results],
+    # Not materialized for a pipeline that does not save to the KB.
+    output_required=False,
+    kinds={"python"},
+    description=__doc__,
+)
+def kb_documents(
+    context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
+):
+    pipeline_id = int(context.partition_key)
+    with app_db.sessions() as session:
+        pipeline = session.scalar(sa.select(Pipeline).where(Pipeline.id == pipeline_id))
+    if pipeline is None:
+        raise dg.Failure(f"pipeline {pipeline_id} does not exist", allow_retries=False)
+    if not pipeline.save_to_kb:
+        context.log.info(f"pipeline {pipeline_id} keeps the raw crawl only; no documents to write")
+        return
+    latest = latest_crawl_blob(context.instance, context.partition_key)
+    if latest is None:
+        raise dg.Failure(
+            f"pipeline {pipeline_id} has no stored crawl yet; materialize crawl_results first",
+            allow_retries=False,
+        )
+    blob_key, crawl_run_id = latest
+    store = blob_store.store()
+    destination = Destination(
+        workspace_id=pipeline.workspace_id,
+        pipeline_id=pipeline.id,
+        connector_id=pipeline.connector_id,
+        folder_id=pipeline.destination_folder_id,
+    )
+    stats = index_crawl(app_db.sessions, destination, lambda: store.read_jsonl(blob_key))
+    yield dg.MaterializeResult(
+        metadata={
+            "documents_created": stats.created,
+            "documents_updated": stats.updated,
+            "documents_unchanged": stats.unchanged,
+            "documents_failed": stats.failed,
+            "folder_id": pipeline.destination_folder_id if pipeline.destination_folder_id is not None else "root",
+            "source_blob_key": blob_key,
+            "source_crawl_run_id": crawl_run_id,
+        }
+    )

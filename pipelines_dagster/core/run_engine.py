@@ -1,0 +1,295 @@
+"""One pipeline crawl, as the reference plan orders it: guards, locks, credit check, crawl, blob, charge.
+
+Plain Python over the app database and the blob, lock, billing and crawl
+engines; the `crawl_results` asset is a thin shell around `execute_crawl`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline
+from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
+from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
+from pipelines_dagster.core.crawler import Crawler, CrawlOutcome, PreviousFetch
+from pipelines_dagster.core.locks import LockHeldError, Locks, connector_lock_name, pipeline_lock_name
+
+LOCK_TTL_SECONDS = 600.0
+FAILED_URLS_SHOWN = 20
+
+
+class RunRefused(Exception):
+    """A guard stopped the run before any crawl or charge; the message says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    pipeline_id: int
+    workspace_id: int
+    connector_id: int
+    save_to_kb: bool
+    folder_id: int | None
+    urls: tuple[str, ...]
+
+
+def plan_run(session: Session, pipeline_id: int) -> RunPlan:
+    """The guards, in the reference plan's order; RunRefused names the first that fails."""
+    pipeline = session.get(Pipeline, pipeline_id)
+    if pipeline is None:
+        raise RunRefused(f"pipeline {pipeline_id} does not exist")
+    if not pipeline.enabled:
+        raise RunRefused(f"pipeline {pipeline_id} is disabled; enable it before running it")
+    if pipeline.connector_id is None:
+        raise RunRefused("uploads pipeline has no fetch executor")
+    connector = session.get(Connector, pipeline.connector_id)
+    assert connector is not None  # the foreign key cascades deletes
+    if connector.connector_type != ConnectorType.WEBCRAWLER.value:
+        raise RunRefused(f"executor not implemented for {connector.connector_type}")
+    # A pipeline's own INITIAL_URLS override the connector's.
+    urls = pipeline.config.get("INITIAL_URLS") or connector.config.get("INITIAL_URLS") or []
+    if not urls:
+        raise RunRefused("no URLs to crawl")
+    return RunPlan(
+        pipeline_id=pipeline.id,
+        workspace_id=pipeline.workspace_id,
+        connector_id=connector.id,
+        save_to_kb=pipeline.save_to_kb,
+        folder_id=pipeline.destination_folder_id,
+        urls=tuple(dict.fromkeys(urls)),
+    )
+
+
+def load_plan(engine: sa.Engine, pipeline_id: int) -> RunPlan:
+    with Session(engine) as session:
+        return plan_run(session, pipeline_id)
+
+
+@dataclass(kw_only=True)
+class CrawlReport:
+    blob_key: str
+    blob_url: str
+    attempted: int = 0
+    succeeded: int = 0
+    empty: int = 0
+    failed: int = 0
+    unchanged: int = 0
+    bytes_written: int = 0
+    charged_micros: int = 0
+    newly_charged: bool = False
+    duration_seconds: float = 0.0
+    failed_urls: list[tuple[str, str]] = field(default_factory=list)
+    """(url, reason) of the first FAILED_URLS_SHOWN URLs that did not succeed."""
+    lock_lost: bool = False
+
+    def count(self, record: Mapping[str, Any]) -> None:
+        self.attempted += 1
+        status = record["status"]
+        if status == "success":
+            self.succeeded += 1
+            self.unchanged += bool(record.get("unchanged"))
+            return
+        if status == "empty":
+            self.empty += 1
+        else:
+            self.failed += 1
+        if len(self.failed_urls) < FAILED_URLS_SHOWN:
+            self.failed_urls.append((record["url"], record.get("error") or status))
+
+
+class PreviousCrawl:
+    """The pipeline's last stored crawl, spooled to a temporary SQLite file.
+
+    Gives the crawler each URL's validators and hashes, and gives back an
+    unchanged page's stored record, without holding the old crawl in memory.
+    """
+
+    def __init__(self, records: Iterable[Mapping[str, Any]] | None = None) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="previous-crawl-")
+        self._db = sqlite3.connect(Path(self._dir.name) / "previous.sqlite3", check_same_thread=False)
+        self._db.execute("CREATE TABLE records (url TEXT PRIMARY KEY, line TEXT NOT NULL)")
+        self.hints: dict[str, PreviousFetch] = {}
+        rows = ((record["url"], json.dumps(record)) for record in self._keep(records or ()))
+        self._db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?)", rows)
+        self._db.commit()
+
+    def _keep(self, records: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        for record in records:
+            if record.get("status") == "success":
+                self.hints[record["url"]] = PreviousFetch(
+                    etag=record.get("etag"),
+                    last_modified=record.get("last_modified"),
+                    raw_hash=record.get("raw_hash"),
+                    content_hash=record.get("content_hash"),
+                )
+                yield record
+
+    def record(self, url: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT line FROM records WHERE url = ?", (url,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
+
+
+def outcome_record(outcome: CrawlOutcome, previous: PreviousCrawl) -> dict[str, Any]:
+    """The JSON line stored for one URL; an unchanged page carries its previous content forward."""
+    record: dict[str, Any] = {
+        "url": outcome.url,
+        "final_url": outcome.final_url,
+        "status": outcome.status,
+        "content": outcome.content,
+        "metadata": outcome.metadata,
+        "error": outcome.error,
+        "http_status": outcome.http_status,
+        "content_hash": outcome.content_hash,
+        "raw_hash": outcome.raw_hash,
+        "etag": outcome.etag,
+        "last_modified": outcome.last_modified,
+        "unchanged": outcome.unchanged,
+        "attempts": outcome.attempts,
+        "elapsed_seconds": round(outcome.elapsed, 3),
+        "fetched_at": outcome.fetched_at.isoformat(),
+    }
+    if outcome.unchanged:
+        earlier = previous.record(outcome.url) or {}
+        record["content"] = earlier.get("content", "")
+        record["metadata"] = earlier.get("metadata", {})
+    return record
+
+
+def _stored_records(blob_store: BlobStore, key: str | None) -> Iterator[dict[str, Any]] | None:
+    """A stored crawl's records; None when there is none (first crawl, or pruned by retention)."""
+    if key is None:
+        return None
+    try:
+        return blob_store.read_jsonl(key)
+    except BlobNotFoundError:
+        return None
+
+
+_DONE = object()
+
+
+def iter_crawl(
+    crawler: Crawler, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch]
+) -> Iterator[CrawlOutcome]:
+    """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
+
+    The crawl runs on its own event loop in a thread, handing over outcomes through a
+    small queue; if the consumer stops early, the crawl is cancelled.
+    """
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=64)
+    stop = threading.Event()
+
+    def put(item: Any) -> None:
+        while not stop.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    async def produce() -> None:
+        async for outcome in crawler.crawl(urls, previous=previous):
+            if stop.is_set():
+                return
+            await asyncio.to_thread(put, outcome)
+
+    def run() -> None:
+        try:
+            asyncio.run(produce())
+            put(_DONE)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            put(exc)
+
+    worker = threading.Thread(target=run, name="crawl", daemon=True)
+    worker.start()
+    try:
+        while (item := handoff.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def execute_crawl(
+    plan: RunPlan,
+    *,
+    run_id: str,
+    charge_key: str,
+    locks: Locks,
+    billing: Billing,
+    blob_store: BlobStore,
+    crawler: Crawler,
+    previous_blob_key: str | None,
+    lock_ttl_seconds: float = LOCK_TTL_SECONDS,
+) -> CrawlReport:
+    """Crawl the plan's URLs into a JSON Lines blob and charge the successes once per `charge_key`.
+
+    Raises RunRefused for a held lock or missing credit, before any request is sent.
+    """
+    started = time.monotonic()
+    key = run_result_key(workspace_id=plan.workspace_id, pipeline_id=plan.pipeline_id, run_id=run_id)
+    report = CrawlReport(blob_key=key, blob_url=blob_store.url(key))
+    with ExitStack() as held:
+        # Both locks are owned by the run, so a run-status sensor can free what a dead run left.
+        try:
+            pipeline_lock = held.enter_context(
+                locks.hold(pipeline_lock_name(plan.pipeline_id), run_id, ttl_seconds=lock_ttl_seconds)
+            )
+        except LockHeldError:
+            raise RunRefused("a run for this pipeline is already in progress") from None
+        try:
+            connector_lock = held.enter_context(
+                locks.hold(connector_lock_name(plan.connector_id), run_id, ttl_seconds=lock_ttl_seconds)
+            )
+        except LockHeldError:
+            raise RunRefused("connector is currently indexing; retry later") from None
+        try:
+            billing.check_credits(plan.workspace_id, len(plan.urls))
+        except InsufficientCreditsError as exc:
+            raise RunRefused(str(exc)) from None
+
+        previous = PreviousCrawl(_stored_records(blob_store, previous_blob_key))
+        held.callback(previous.close)
+
+        def records() -> Iterator[dict[str, Any]]:
+            for outcome in iter_crawl(crawler, plan.urls, previous=previous.hints):
+                record = outcome_record(outcome, previous)
+                report.count(record)
+                yield record
+
+        report.bytes_written = blob_store.write_jsonl(key, records())
+        charge = billing.charge(
+            plan.workspace_id,
+            billing.successes_to_micros(report.succeeded),
+            idempotency_key=charge_key,
+            usage={
+                "urls": len(plan.urls),
+                "successes": report.succeeded,
+                "pipeline_id": plan.pipeline_id,
+                "run_id": run_id,
+            },
+        )
+        report.charged_micros = charge.micros
+        report.newly_charged = charge.newly_charged
+        report.lock_lost = pipeline_lock.lost.is_set() or connector_lock.lost.is_set()
+    report.duration_seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,58 @@
+"""The `crawler` resource: the crawl engine, configured per deployment, one extraction pool per run."""
+
+from __future__ import annotations
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from pipelines_dagster.core.crawler import Crawler, CrawlerConfig
+from pipelines_dagster.core.ssrf import NetworkPolicy
+
+
+class CrawlerResource(dg.ConfigurableResource):
+    user_agent: str = CrawlerConfig.user_agent
+    global_concurrency: int = CrawlerConfig.global_concurrency
+    per_host_concurrency: int = CrawlerConfig.per_host_concurrency
+    connect_timeout: float = CrawlerConfig.connect_timeout
+    total_timeout: float = CrawlerConfig.total_timeout
+    max_body_bytes: int = CrawlerConfig.max_body_bytes
+    max_attempts: int = CrawlerConfig.max_attempts
+    obey_robots: bool = True
+    allow_private_networks: bool = Field(
+        default=False, description="Crawl private, loopback and link-local addresses (off: SSRF guard)."
+    )
+    allowed_networks: list[str] = Field(
+        default_factory=list, description="Networks allowed despite the guard, e.g. 127.0.0.1/32."
+    )
+
+    _crawler: Crawler | None = PrivateAttr(default=None)
+
+    def config(self) -> CrawlerConfig:
+        return CrawlerConfig(
+            user_agent=self.user_agent,
+            global_concurrency=self.global_concurrency,
+            per_host_concurrency=self.per_host_concurrency,
+            connect_timeout=self.connect_timeout,
+            total_timeout=self.total_timeout,
+            max_body_bytes=self.max_body_bytes,
+            max_attempts=self.max_attempts,
+            obey_robots=self.obey_robots,
+            network=NetworkPolicy(
+                allow_private_networks=self.allow_private_networks,
+                allowed_networks=tuple(self.allowed_networks),
+            ),
+        )
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._crawler = Crawler(self.config())
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._crawler is not None:
+            self._crawler.close()
+            self._crawler = None
+
+    @property
+    def crawler(self) -> Crawler:
+        if self._crawler is None:
+            self._crawler = Crawler(self.config())
+        return self._crawler

@@ -1,0 +1,166 @@
+"""A whole stack for asset tests: real app DB, Dagster instance, blob store, locks and a loopback site."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipelines_dagster import services
+from pipelines_dagster.app_db.engine import session_factory, transaction
+from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, TokenUsage
+from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.blob import BlobStore
+from pipelines_dagster.jobs import run_tags
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.billing import BillingResource
+from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
+from pipelines_dagster.resources.crawler import CrawlerResource
+from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
+from tests.support.web import WebServer, page
+
+
+@dataclass
+class Stack:
+    engine: sa.Engine
+    instance: dg.DagsterInstance
+    web: WebServer
+    blob_store: dg.ConfigurableResource
+    locks: LocksResource
+    billing_enabled: bool = False
+    micros_per_crawl: int = 1000
+    crawler: CrawlerResource = field(
+        default_factory=lambda: CrawlerResource(
+            allowed_networks=["127.0.0.1/32"], max_attempts=2, total_timeout=5, connect_timeout=2
+        )
+    )
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        return session_factory(self.engine)
+
+    @property
+    def url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=False)
+
+    @property
+    def blob(self) -> BlobStore:
+        return self.blob_store.store()
+
+    def resources(self) -> dict[str, Any]:
+        app_db = AppDatabaseResource(url=self.url)
+        return {
+            "app_db": app_db,
+            "blob_store": self.blob_store,
+            "locks": self.locks,
+            "crawler": self.crawler,
+            "billing": BillingResource(
+                app_db=app_db, billing_enabled=self.billing_enabled, micros_per_crawl=self.micros_per_crawl
+            ),
+        }
+
+    def site(self, pages: int, *, prefix: str = "/p") -> list[str]:
+        for n in range(pages):
+            self.web.route(f"{prefix}{n}", page(f"Page {n}", f"Paragraph about topic {n}.\n\nMore on {n}."))
+        return [self.web.url(f"{prefix}{n}") for n in range(pages)]
+
+    def pipeline(self, urls: list[str], *, save_to_kb: bool = True, folder: str | None = "Docs",
+                 enabled: bool = True, credit: int | None = None) -> tuple[int, int]:
+        """A new workspace with a webcrawler connector and a pipeline over it: (workspace id, pipeline id)."""
+        with transaction(self.sessions) as session:
+            workspace = catalog.create_workspace(session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}").workspace
+            connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
+                                                 urls=urls)
+            pipeline = services.create_pipeline(
+                session, self.instance, workspace_id=workspace.id, connector_id=connector.id,
+                name="p", save_to_kb=save_to_kb, folder_name=folder, enabled=enabled,
+            )
+            ids = workspace.id, pipeline.id
+        if credit:
+            from pipelines_dagster.core.billing import Billing
+
+            Billing(self.sessions, enabled=True, micros_per_crawl=self.micros_per_crawl).grant(ids[0], credit)
+        return ids
+
+    def run(self, pipeline_id: int, workspace_id: int, *, assets: list | None = None,
+            trigger: str = "manual") -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            assets or [crawl_results, kb_documents],
+            partition_key=str(pipeline_id),
+            instance=self.instance,
+            resources=self.resources(),
+            tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger),
+            raise_on_error=False,
+        )
+
+    def documents(self, workspace_id: int) -> list[Document]:
+        with self.sessions() as session:
+            return list(session.scalars(sa.select(Document).where(Document.workspace_id == workspace_id)
+                                        .order_by(Document.url)))
+
+    def charges(self, workspace_id: int) -> tuple[int, int]:
+        """(charge ledger rows, web_crawl usage rows) of a workspace."""
+        from pipelines_dagster.app_db.models import CreditAccount
+
+        with self.sessions() as session:
+            ledger = session.scalar(sa.select(sa.func.count()).select_from(CreditLedgerEntry).join(CreditAccount)
+                                    .where(CreditAccount.workspace_id == workspace_id,
+                                           CreditLedgerEntry.kind == "charge"))
+            usage = session.scalar(sa.select(sa.func.count()).select_from(TokenUsage)
+                                   .where(TokenUsage.workspace_id == workspace_id,
+                                          TokenUsage.usage_type == "web_crawl"))
+            return ledger, usage
+
+
+def materialization(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
+    events = result.asset_materializations_for_node(asset)
+    assert len(events) == 1, f"{asset} materialized {len(events)} times"
+    return {key: value.value for key, value in events[0].metadata.items()}
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str:
+    failures = [event for event in result.all_events if event.is_step_failure]
+    assert failures, "the run did not fail"
+    return failures[0].step_failure_data.error.message
+
+
+@pytest.fixture
+def web():
+    with WebServer() as server:
+        yield server
+
+
+@pytest.fixture
+def embedded(sqlite_engine, tmp_path, web) -> Stack:
+    with dg.instance_for_test() as instance:
+        yield Stack(
+            engine=sqlite_engine,
+            instance=instance,
+            web=web,
+            blob_store=LocalBlobStoreResource(root=str(tmp_path / "blobs")),
+            locks=DatabaseLocksResource(database_url=sqlite_engine.url.render_as_string(hide_password=False)),
+        )
+
+
+@pytest.fixture
+def production(postgres_engine, s3_endpoint_url, s3_bucket, redis_url, web) -> Stack:
+    with dg.instance_for_test() as instance:
+        yield Stack(
+            engine=postgres_engine,
+            instance=instance,
+            web=web,
+            blob_store=S3BlobStoreResource(bucket=s3_bucket, prefix="runs", endpoint_url=s3_endpoint_url),
+            locks=RedisLocksResource(url=redis_url, key_prefix=f"test:{uuid.uuid4().hex[:8]}:"),
+        )
+
+
+@pytest.fixture(params=["embedded", "production"])
+def stack(request) -> Stack:
+    return request.getfixturevalue(request.param)

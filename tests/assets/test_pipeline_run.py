@@ -1,0 +1,240 @@
+"""crawl_results + kb_documents through a real Dagster instance, app DB, blob store and loopback site."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import dagster as dg
+import sqlalchemy as sa
+from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
+from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
+from pipelines_dagster.assets.kb_documents import kb_documents
+from tests.assets.conftest import Stack, failure_message, materialization
+from tests.support.web import page
+
+
+def test_kb_run_lands_documents_in_the_destination_folder(stack: Stack):
+    urls = stack.site(5)
+    workspace_id, pipeline_id = stack.pipeline(urls + [stack.web.url("/missing")])
+    result = stack.run(pipeline_id, workspace_id)
+    assert result.success
+    crawl = materialization(result, "crawl_results")
+    assert (crawl["urls_attempted"], crawl["urls_succeeded"], crawl["urls_failed"]) == (6, 5, 1)
+    assert "/missing" in crawl["failed_urls"] and "HTTP 404" in crawl["failed_urls"]
+    kb = materialization(result, "kb_documents")
+    assert (kb["documents_created"], kb["documents_failed"]) == (5, 1)
+    with stack.sessions() as session:
+        folder = session.scalars(sa.select(Folder).where(Folder.workspace_id == workspace_id)).one()
+    documents = stack.documents(workspace_id)
+    ready = [d for d in documents if d.status_state == "ready"]
+    assert len(ready) == 5 and {d.folder_id for d in ready} == {folder.id}
+    assert {d.title for d in ready} == {f"Page {n}" for n in range(5)}
+    assert all("Paragraph about topic" in d.content for d in ready)
+    blob = list(stack.blob.read_jsonl(crawl["blob_key"]))
+    assert len(blob) == 6 and crawl["blob_key"].endswith(f"/{pipeline_id}/{result.run_id}/result.jsonl")
+    assert not stack.locks.is_locked(pipeline_lock_name(pipeline_id))
+
+
+def test_non_kb_run_keeps_only_the_blob_and_bills_like_a_kb_run(stack: Stack):
+    stack.billing_enabled = True
+    urls = stack.site(4)
+    kb_ws, kb_pipeline = stack.pipeline(urls, credit=100_000)
+    raw_ws, raw_pipeline = stack.pipeline(urls, save_to_kb=False, folder=None, credit=100_000)
+    kb_result = stack.run(kb_pipeline, kb_ws)
+    raw_result = stack.run(raw_pipeline, raw_ws)
+    assert kb_result.success and raw_result.success
+    assert raw_result.asset_materializations_for_node("kb_documents") == []
+    raw = materialization(raw_result, "crawl_results")
+    assert "save to KB is off" in raw["kb_documents"]
+    assert stack.documents(raw_ws) == []
+    records = list(stack.blob.read_jsonl(raw["blob_key"]))
+    assert [r["status"] for r in records] == ["success"] * 4
+    assert all(r["content"] for r in records)
+    assert raw["charged_micros"] == materialization(kb_result, "crawl_results")["charged_micros"] == 4000
+    billing = Billing(stack.sessions, enabled=True, micros_per_crawl=1000)
+    assert billing.balance(raw_ws) == billing.balance(kb_ws) == 96_000
+    assert stack.charges(raw_ws) == stack.charges(kb_ws) == (1, 1)
+
+
+def test_insufficient_credit_fails_before_any_request(embedded: Stack):
+    embedded.billing_enabled = True
+    urls = embedded.site(3)
+    workspace_id, pipeline_id = embedded.pipeline(urls, credit=2999)
+    result = embedded.run(pipeline_id, workspace_id)
+    assert not result.success
+    assert "out of crawl credit" in failure_message(result)
+    assert embedded.web.requests == []
+    assert Billing(embedded.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 2999
+    assert embedded.charges(workspace_id) == (0, 0)
+    assert not embedded.locks.is_locked(pipeline_lock_name(pipeline_id))
+
+
+def test_disabled_billing_charges_nothing(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(2))
+    result = embedded.run(pipeline_id, workspace_id)
+    assert result.success and materialization(result, "crawl_results")["charged_micros"] == 0
+    assert embedded.charges(workspace_id) == (0, 0)
+
+
+def test_a_retried_step_charges_once(embedded: Stack, monkeypatch):
+    """The first attempt charges, then fails after the charge; the retry finds the key charged."""
+    import pipelines_dagster.assets.crawl_results as module
+
+    embedded.billing_enabled = True
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(3), credit=10_000)
+    real = module._failed_urls_table
+    calls = []
+
+    def flaky(report):
+        calls.append(report.newly_charged)
+        if len(calls) == 1:
+            raise ConnectionError("metadata store blip after the charge")
+        return real(report)
+
+    monkeypatch.setattr(module, "_failed_urls_table", flaky)
+    result = embedded.run(pipeline_id, workspace_id)
+    assert result.success
+    assert calls == [True, False]
+    assert materialization(result, "crawl_results")["charged_micros"] == 3000
+    assert Billing(embedded.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 7000
+    assert embedded.charges(workspace_id) == (1, 1)
+
+
+def set_pipeline(stack: Stack, pipeline_id: int, **values) -> None:
+    with transaction(stack.sessions) as session:
+        pipeline = session.get(Pipeline, pipeline_id)
+        for name, value in values.items():
+            setattr(pipeline, name, value)
+
+
+def assert_refused(stack: Stack, workspace_id: int, pipeline_id: int, message: str, *,
+                   ours_to_free: bool = True) -> None:
+    result = stack.run(pipeline_id, workspace_id)
+    assert not result.success
+    assert message in failure_message(result)
+    # Guard failures are final: no retry of the step.
+    assert not [event for event in result.all_events if event.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert stack.web.requests == []
+    if ours_to_free:
+        assert not stack.locks.is_locked(pipeline_lock_name(pipeline_id))
+    assert stack.charges(workspace_id) == (0, 0)
+
+
+def test_a_disabled_pipeline_is_refused(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1), enabled=False)
+    assert_refused(embedded, workspace_id, pipeline_id, f"pipeline {pipeline_id} is disabled")
+
+
+def test_an_uploads_pipeline_has_no_fetch_executor(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    set_pipeline(embedded, pipeline_id, connector_id=None)
+    assert_refused(embedded, workspace_id, pipeline_id, "uploads pipeline has no fetch executor")
+
+
+def test_a_connector_type_without_executor_is_refused(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    with transaction(embedded.sessions) as session:
+        connector = session.get(Connector, session.get(Pipeline, pipeline_id).connector_id)
+        connector.connector_type = "google_drive"
+    assert_refused(embedded, workspace_id, pipeline_id, "executor not implemented for google_drive")
+
+
+def test_no_urls_is_refused(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    with transaction(embedded.sessions) as session:
+        connector = session.get(Connector, session.get(Pipeline, pipeline_id).connector_id)
+        connector.config = {"INITIAL_URLS": []}
+    assert_refused(embedded, workspace_id, pipeline_id, "no URLs to crawl")
+
+
+def test_a_second_run_while_one_holds_the_lock_fails_already_in_progress(stack: Stack):
+    workspace_id, pipeline_id = stack.pipeline(stack.site(1))
+    stack.locks.acquire(pipeline_lock_name(pipeline_id), "another-run", ttl_seconds=60)
+    assert_refused(stack, workspace_id, pipeline_id, "a run for this pipeline is already in progress",
+                   ours_to_free=False)
+    assert stack.locks.owner_of(pipeline_lock_name(pipeline_id)) == "another-run"
+
+
+def test_a_busy_connector_is_refused_and_the_pipeline_lock_released(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    with embedded.sessions() as session:
+        connector_id = session.get(Pipeline, pipeline_id).connector_id
+    embedded.locks.acquire(connector_lock_name(connector_id), "connector-indexing", ttl_seconds=60)
+    assert_refused(embedded, workspace_id, pipeline_id, "connector is currently indexing; retry later")
+    assert embedded.locks.owner_of(connector_lock_name(connector_id)) == "connector-indexing"
+
+
+def test_kb_documents_alone_reindexes_from_the_blob(embedded: Stack):
+    embedded.billing_enabled = True
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(3), credit=10_000)
+    assert embedded.run(pipeline_id, workspace_id).success
+    requests = len(embedded.web.requests)
+    with transaction(embedded.sessions) as session:
+        for document in embedded.documents(workspace_id):
+            session.delete(session.merge(document))
+    result = embedded.run(pipeline_id, workspace_id, assets=[kb_documents])
+    assert result.success
+    assert materialization(result, "kb_documents")["documents_created"] == 3
+    assert len(embedded.web.requests) == requests
+    assert embedded.charges(workspace_id) == (1, 1)
+    assert len(embedded.documents(workspace_id)) == 3
+
+
+def test_an_unchanged_recrawl_reuses_stored_content(embedded: Stack):
+    embedded.web.route("/doc", page("Doc", "Stable text.", headers={"ETag": '"v1"'}))
+    workspace_id, pipeline_id = embedded.pipeline([embedded.web.url("/doc")])
+    assert embedded.run(pipeline_id, workspace_id).success
+    second = embedded.run(pipeline_id, workspace_id)
+    crawl = materialization(second, "crawl_results")
+    assert crawl["urls_unchanged"] == 1
+    [record] = list(embedded.blob.read_jsonl(crawl["blob_key"]))
+    assert record["unchanged"] and "Stable text." in record["content"]
+    assert embedded.web.requests[-1].headers.get("if-none-match") == '"v1"'
+    assert materialization(second, "kb_documents")["documents_unchanged"] == 1
+
+
+def test_a_concurrent_second_run_fails_already_in_progress(embedded: Stack):
+    embedded.web.route("/slow", page("Slow", "Takes a while.", delay=2.5))
+    workspace_id, pipeline_id = embedded.pipeline([embedded.web.url("/slow")])
+    first: list = []
+    runner = threading.Thread(target=lambda: first.append(embedded.run(pipeline_id, workspace_id)))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while embedded.web.hits("/slow") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = embedded.run(pipeline_id, workspace_id)
+    runner.join()
+    assert not second.success
+    assert "a run for this pipeline is already in progress" in failure_message(second)
+    assert first[0].success
+    assert embedded.web.hits("/slow") == 1
+
+
+def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tmp_path):
+    """Re-execution from the UI makes a new run with the first as root: the charge key is the root's."""
+    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIPELINES_DATABASE_URL", embedded.url)
+    monkeypatch.setenv("PIPELINES_BLOB_STORE", str(tmp_path / "blobs"))
+    monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "true")
+    monkeypatch.setenv("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "127.0.0.1/32")
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(2), credit=10_000)
+    job = ReconstructableJob(
+        ReconstructableRepository.for_module("pipelines_dagster.definitions", "defs"), "pipeline_run"
+    )
+    tags = {"dagster/partition": str(pipeline_id), "pipeline_id": str(pipeline_id)}
+    with dg.execute_job(job, embedded.instance, tags=tags) as first:
+        assert first.success
+    options = dg.ReexecutionOptions(parent_run_id=first.run_id, step_selection=["crawl_results"])
+    # The UI copies the parent run's tags onto a re-execution; execute_job leaves that to the caller.
+    with dg.execute_job(job, embedded.instance, tags=tags, reexecution_options=options) as again:
+        assert again.success
+        assert again.dagster_run.root_run_id == first.run_id
+    # Both runs really crawled; only the first charged.
+    assert embedded.web.hits("/p0") == embedded.web.hits("/p1") == 2
+    assert Billing(embedded.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 8000
+    assert embedded.charges(workspace_id) == (1, 1)

@@ -17,12 +17,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Migrate the embedded app database and start the Dagster UI + daemon on http://127.0.0.1:3000.
+# Seed the demo workspace over examples/site (served on 127.0.0.1:8765) and start the
+# Dagster UI + daemon on http://127.0.0.1:3000, all on the embedded default.
 run: install
-	$(BIN)/pipelines-dagster db upgrade
-	mkdir -p $(DAGSTER_HOME)
-	cp deploy/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/pipelines-dagster demo
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

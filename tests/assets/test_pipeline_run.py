@@ -238,3 +238,41 @@ def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tm
     assert embedded.web.hits("/p0") == embedded.web.hits("/p1") == 2
     assert Billing(embedded.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 8000
     assert embedded.charges(workspace_id) == (1, 1)
+
+
+def test_faulty_pages_fail_alone_and_the_run_succeeds(embedded: Stack):
+    from pipelines_dagster.resources.crawler import CrawlerResource
+    from tests.support.web import Reply, redirect
+
+    web = embedded.web
+    embedded.crawler = CrawlerResource(allowed_networks=["127.0.0.1/32"], max_attempts=2, total_timeout=1,
+                                       max_body_bytes=50_000)
+    web.route("/flaky", Reply(status=500, body="oops"), page("Flaky", "Works the second time."))
+    web.route("/busy", Reply(status=429, body="slow down", headers={"Retry-After": "1"}),
+              page("Busy", "Worth the wait."))
+    web.route("/slow", page("Slow", "Too late.", delay=3))
+    web.route("/huge", page("Huge", "x" * 200_000))
+    web.route("/loop", redirect("/loop"))
+    web.route("/logo.png", Reply(body=b"\x89PNG....", content_type="image/png"))
+    web.route("/latin", Reply(body=b"<html><head><title>Caf\xe9</title></head><body><article><h1>Caf\xe9</h1>"
+                                   b"<p>" + b"Menu du jour \xff\xfe with enough words to extract. " * 20
+                                   + b"</p></article></body></html>",
+                              content_type="text/html; charset=utf-8"))
+    names = ["flaky", "busy", "slow", "huge", "loop", "logo.png", "latin"]
+    workspace_id, pipeline_id = embedded.pipeline([web.url(f"/{name}") for name in names])
+    result = embedded.run(pipeline_id, workspace_id)
+    assert result.success
+    crawl = materialization(result, "crawl_results")
+    records = {r["url"].rsplit("/", 1)[1]: r for r in embedded.blob.read_jsonl(crawl["blob_key"])}
+    assert {n: records[n]["status"] for n in names} == {
+        "flaky": "success", "busy": "success", "slow": "failed", "huge": "failed",
+        "loop": "failed", "logo.png": "failed", "latin": "success",
+    }
+    assert records["flaky"]["attempts"] == 2 and records["busy"]["elapsed_seconds"] >= 0.9
+    assert records["slow"]["error"].startswith("timed out")
+    assert records["huge"]["error"].startswith("body larger than 50000 bytes")
+    assert records["loop"]["error"] == "too many redirects (more than 5)"
+    assert records["logo.png"]["error"].startswith("unsupported content type 'image/png'")
+    assert "Menu du jour" in records["latin"]["content"]
+    assert (crawl["urls_succeeded"], crawl["urls_failed"]) == (3, 4)
+    assert materialization(result, "kb_documents")["documents_created"] == 3

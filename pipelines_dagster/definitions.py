@@ -8,12 +8,21 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources import build_resources
+from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
+from pipelines_dagster.sensors.run_status import lock_release_sensors
+from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.settings import load_settings
 
 # Settings are read at load time so a bad PIPELINES_* value fails the code location
 # with the SettingsError that names it, not the first run that touches a resource.
+settings = load_settings()
 defs = dg.Definitions(
     assets=[crawl_results, kb_documents],
     jobs=[pipeline_run],
-    resources=build_resources(load_settings()),
+    sensors=[
+        build_schedule_sensor(batch_size=settings.schedule_batch_size),
+        pipeline_partitions_sync,
+        *lock_release_sensors,
+    ],
+    resources=build_resources(settings),
 )

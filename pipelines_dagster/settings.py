@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     locks: str = Field(default="database", description="'database' or a redis:// URL.")
     billing_enabled: bool = False
     micros_per_crawl: int = Field(default=1000, ge=0)
+    schedule_batch_size: int = Field(default=500, ge=1, description="Due triggers claimed per batch.")
     crawler_allow_private_networks: bool = False
     crawler_allowed_networks: str = Field(
         default="",

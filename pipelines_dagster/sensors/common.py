@@ -1,0 +1,46 @@
+"""What every trigger sensor needs: which pipelines are busy, and partitions for the runs it requests."""
+
+from collections.abc import Iterable
+
+import dagster as dg
+
+from pipelines_dagster.jobs import run_tags
+from pipelines_dagster.partitions import partition_key, pipelines_partitions
+
+PIPELINE_JOB = "pipeline_run"
+# Queued or running: a pipeline in one of these gets no second run from a trigger.
+BUSY_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
+
+def run_pipeline_id(run: dg.DagsterRun) -> int | None:
+    """The pipeline a run is for: its pipeline_id tag, or the partition of a UI launch."""
+    value = run.tags.get("pipeline_id") or run.tags.get("dagster/partition")
+    return int(value) if value and value.isdigit() else None
+
+
+def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
+    runs = instance.get_runs(dg.RunsFilter(job_name=PIPELINE_JOB, statuses=BUSY_STATUSES))
+    return {pipeline_id for run in runs if (pipeline_id := run_pipeline_id(run)) is not None}
+
+
+def missing_partitions(instance: dg.DagsterInstance, pipeline_ids: Iterable[int]) -> list[dg.AddDynamicPartitionsRequest]:
+    """An add request for the partitions of these pipelines that the instance does not have yet."""
+    existing = set(instance.get_dynamic_partitions(pipelines_partitions.name))
+    missing = sorted({partition_key(pipeline_id) for pipeline_id in pipeline_ids} - existing)
+    return [pipelines_partitions.build_add_request(missing)] if missing else []
+
+
+def pipeline_run_request(
+    *, run_key: str, pipeline_id: int, workspace_id: int, trigger: str, **extra_tags: str
+) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=run_key,
+        partition_key=partition_key(pipeline_id),
+        tags={**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger), **extra_tags},
+    )

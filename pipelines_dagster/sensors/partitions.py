@@ -1,0 +1,34 @@
+"""Keeps the `pipelines` partitions equal to the pipelines table: the safety net behind services.py."""
+
+import json
+
+import dagster as dg
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.partitions import partition_key, pipelines_partitions
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+
+
+@dg.sensor(
+    name="pipeline_partitions_sync",
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Adds partitions for new pipelines and removes those of deleted ones.",
+)
+def pipeline_partitions_sync(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
+    with app_db.sessions() as session:
+        wanted = {partition_key(pipeline_id) for pipeline_id in session.scalars(sa.select(Pipeline.id))}
+    existing = set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
+    # A pipeline is created with its partition inside one transaction, so a partition can
+    # briefly precede its committed row: remove one only when it was missing last tick too.
+    missing_before = set(json.loads(context.cursor)) if context.cursor else set()
+    missing_now = existing - wanted
+    requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
+    if added := sorted(wanted - existing):
+        requests.append(pipelines_partitions.build_add_request(added))
+    if removed := sorted(missing_now & missing_before):
+        requests.append(pipelines_partitions.build_delete_request(removed))
+    return dg.SensorResult(
+        dynamic_partitions_requests=requests, cursor=json.dumps(sorted(missing_now - set(removed)))
+    )

@@ -1,0 +1,129 @@
+"""Claiming due schedule triggers: advance without catch-up, self-heal, disable invalid, SKIP LOCKED."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.engine import session_factory, transaction
+from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, Workspace
+from pipelines_dagster.core.scheduler import claim_due, due_fires, due_query
+
+NOW = datetime(2026, 12, 1, 9, 0, 30, tzinfo=UTC)
+
+
+def pipelines_with_triggers(sessions, count: int, *, enabled: bool = True, **trigger) -> list[int]:
+    """`count` pipelines in a new workspace, each with one schedule trigger; the trigger ids."""
+    trigger = {"cron": "*/5 * * * *", "timezone": "UTC", "next_fire_at": NOW - timedelta(minutes=1)} | trigger
+    with transaction(sessions) as session:
+        workspace = Workspace(name="acme", owner_user_id="u")
+        session.add(workspace)
+        session.flush()
+        pipelines = [Pipeline(workspace_id=workspace.id, name=f"p{n}", enabled=enabled) for n in range(count)]
+        session.add_all(pipelines)
+        session.flush()
+        triggers = [PipelineTrigger(workspace_id=workspace.id, pipeline_id=p.id, kind="schedule", **trigger)
+                    for p in pipelines]
+        session.add_all(triggers)
+        session.flush()
+        return [t.id for t in triggers]
+
+
+def trigger_row(sessions, trigger_id: int) -> PipelineTrigger:
+    with sessions() as session:
+        return session.get(PipelineTrigger, trigger_id)
+
+
+def test_a_due_trigger_fires_once_and_advances_past_now(sessions):
+    [trigger_id] = pipelines_with_triggers(sessions, 1, next_fire_at=NOW - timedelta(hours=3))
+    fires = list(due_fires(sessions, now=NOW))
+    assert [f.trigger_id for f in fires] == [trigger_id]
+    # Three hours late: one fire, no catch-up of the 35 missed ones.
+    assert fires[0].scheduled_for == NOW - timedelta(hours=3)
+    assert fires[0].run_key == f"schedule:{trigger_id}:{(NOW - timedelta(hours=3)).isoformat()}"
+    row = trigger_row(sessions, trigger_id)
+    assert row.next_fire_at == datetime(2026, 12, 1, 9, 5, tzinfo=UTC) and row.last_fired_at == NOW
+    assert [f for f in due_fires(sessions, now=NOW) if f.trigger_id == trigger_id] == []
+
+
+def test_cron_advances_in_the_triggers_timezone(sessions):
+    [trigger_id] = pipelines_with_triggers(sessions, 1, cron="0 6 * * *", timezone="America/New_York")
+    list(due_fires(sessions, now=NOW))
+    # 06:00 in New York in December is 11:00 UTC.
+    assert trigger_row(sessions, trigger_id).next_fire_at == datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
+
+
+def test_interval_triggers_fire_every_n_minutes(sessions):
+    [trigger_id] = pipelines_with_triggers(sessions, 1, cron=None, timezone=None, interval_minutes=15)
+    assert [f.trigger_id for f in due_fires(sessions, now=NOW)] == [trigger_id]
+    assert trigger_row(sessions, trigger_id).next_fire_at == NOW + timedelta(minutes=15)
+
+
+def test_a_missing_next_fire_time_is_healed_without_firing(sessions):
+    [trigger_id] = pipelines_with_triggers(sessions, 1, next_fire_at=None)
+    assert [f for f in due_fires(sessions, now=NOW) if f.trigger_id == trigger_id] == []
+    assert trigger_row(sessions, trigger_id).next_fire_at == datetime(2026, 12, 1, 9, 5, tzinfo=UTC)
+
+
+def test_an_invalid_schedule_disables_the_trigger_with_the_reason(sessions):
+    [bad_cron] = pipelines_with_triggers(sessions, 1, cron="61 * * * *")
+    [bad_zone] = pipelines_with_triggers(sessions, 1, timezone="Mars/Olympus")
+    [healed_bad] = pipelines_with_triggers(sessions, 1, cron="not a cron", next_fire_at=None)
+    fired = {f.trigger_id for f in due_fires(sessions, now=NOW)}
+    assert fired.isdisjoint({bad_cron, bad_zone, healed_bad})
+    for trigger_id, reason in [(bad_cron, "invalid cron"), (bad_zone, "unknown timezone"), (healed_bad, "invalid cron")]:
+        row = trigger_row(sessions, trigger_id)
+        assert not row.enabled and row.next_fire_at is None
+        assert row.disabled_reason.startswith("invalid schedule, trigger disabled") and reason in row.disabled_reason
+
+
+def test_a_disabled_pipelines_fire_is_reported_as_such_and_still_advanced(sessions):
+    [trigger_id] = pipelines_with_triggers(sessions, 1, enabled=False)
+    [fire] = [f for f in due_fires(sessions, now=NOW) if f.trigger_id == trigger_id]
+    assert fire.pipeline_enabled is False
+    assert trigger_row(sessions, trigger_id).next_fire_at > NOW
+
+
+def test_claims_loop_over_batches_until_nothing_is_due(sessions):
+    ids = pipelines_with_triggers(sessions, 7)
+    fired = [f.trigger_id for f in due_fires(sessions, now=NOW, batch_size=3)]
+    assert sorted(fired) == sorted(ids)
+
+
+def test_a_row_locked_by_another_tick_is_skipped(postgres_engine):
+    sessions = session_factory(postgres_engine)
+    ids = set(pipelines_with_triggers(sessions, 6, next_fire_at=NOW - timedelta(days=400)))
+    with sessions() as holder, holder.begin():
+        held = {t.id for t, _ in holder.execute(due_query(now=NOW - timedelta(days=399), batch_size=3))}
+        assert len(held) == 3 and held <= ids
+        fires, _ = claim_due(sessions, now=NOW - timedelta(days=399), batch_size=100)
+        assert {f.trigger_id for f in fires} == ids - held
+
+
+def test_two_concurrent_ticks_claim_disjoint_rows(postgres_engine):
+    sessions = session_factory(postgres_engine)
+    moment = NOW - timedelta(days=300)
+    ids = set(pipelines_with_triggers(sessions, 40, next_fire_at=moment - timedelta(minutes=1)))
+    barrier = threading.Barrier(2)
+    claimed: list[list[int]] = [[], []]
+
+    def tick(slot: int) -> None:
+        barrier.wait()
+        for _ in range(20):
+            fires, count = claim_due(sessions, now=moment, batch_size=5)
+            claimed[slot].extend(f.trigger_id for f in fires if f.trigger_id in ids)
+            if count == 0:
+                return
+
+    threads = [threading.Thread(target=tick, args=(slot,)) for slot in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(claimed[0]).isdisjoint(claimed[1])
+    assert sorted(claimed[0] + claimed[1]) == sorted(ids)
+    with sessions() as session:
+        assert session.scalar(sa.select(sa.func.count()).select_from(PipelineTrigger)
+                              .where(PipelineTrigger.id.in_(ids), PipelineTrigger.last_fired_at == moment)) == 40

@@ -1,0 +1,125 @@
+"""Sensors on a real Dagster instance: scheduled run requests, partition sync, lock release."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import pytest
+
+from pipelines_dagster.app_db.engine import session_factory, transaction
+from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
+from pipelines_dagster.jobs import run_tags
+from pipelines_dagster.partitions import add_pipeline_partitions
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.locks import DatabaseLocksResource
+from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
+from pipelines_dagster.sensors.run_status import lock_release_sensors, release_run_locks
+from pipelines_dagster.sensors.schedules import build_schedule_sensor
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as test_instance:
+        yield test_instance
+
+
+@pytest.fixture
+def app_db(app_engine) -> AppDatabaseResource:
+    return AppDatabaseResource(url=app_engine.url.render_as_string(hide_password=False))
+
+
+def make_pipeline(app_db: AppDatabaseResource, *, due: bool = True, enabled: bool = True) -> tuple[int, int, int]:
+    """(workspace id, pipeline id, trigger id) of a pipeline with an every-minute cron."""
+    with transaction(app_db.sessions) as session:
+        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
+        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
+                                             urls=["https://example.com/"])
+        pipeline = catalog.create_pipeline(
+            session, workspace_id=workspace.id, connector_id=connector.id, name=f"p-{uuid.uuid4().hex[:6]}",
+            enabled=enabled, schedule=catalog.ScheduleSpec(cron="* * * * *", timezone="UTC"),
+        )
+        trigger = session.query(PipelineTrigger).filter_by(pipeline_id=pipeline.id).one()
+        if due:
+            trigger.next_fire_at = datetime.now(UTC) - timedelta(seconds=30)
+        return workspace.id, pipeline.id, trigger.id
+
+
+def evaluate(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, app_db, cursor: str | None = None):
+    with dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
+                                 resources={"app_db": app_db}) as context:
+        return sensor(context)
+
+
+def requests_for(result: dg.SensorResult, pipeline_id: int) -> list[dg.RunRequest]:
+    return [r for r in result.run_requests if r.partition_key == str(pipeline_id)]
+
+
+def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, app_db):
+    workspace_id, pipeline_id, trigger_id = make_pipeline(app_db)
+    result = evaluate(build_schedule_sensor(batch_size=500), instance, app_db)
+    [request] = requests_for(result, pipeline_id)
+    assert request.run_key.startswith(f"schedule:{trigger_id}:")
+    assert request.tags["trigger"] == "scheduled"
+    assert request.tags["pipeline_id"] == str(pipeline_id) and request.tags["workspace_id"] == str(workspace_id)
+    assert request.run_key.endswith(request.tags["scheduled_for"])
+    added = [key for r in result.dynamic_partitions_requests for key in r.partition_keys]
+    assert str(pipeline_id) in added
+    # Advanced: the next tick has nothing for it.
+    assert requests_for(evaluate(build_schedule_sensor(batch_size=500), instance, app_db), pipeline_id) == []
+
+
+def test_a_disabled_pipeline_gets_no_run_but_its_trigger_advances(instance, app_db):
+    _, pipeline_id, trigger_id = make_pipeline(app_db, enabled=False)
+    assert requests_for(evaluate(build_schedule_sensor(batch_size=500), instance, app_db), pipeline_id) == []
+    with app_db.sessions() as session:
+        assert session.get(PipelineTrigger, trigger_id).next_fire_at > datetime.now(UTC)
+
+
+def test_a_pipeline_with_a_running_run_gets_no_second_one(instance, app_db):
+    workspace_id, pipeline_id, _ = make_pipeline(app_db)
+    instance.add_run(dg.DagsterRun(job_name="pipeline_run", run_id=str(uuid.uuid4()),
+                                   status=dg.DagsterRunStatus.STARTED,
+                                   tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual")))
+    assert requests_for(evaluate(build_schedule_sensor(batch_size=500), instance, app_db), pipeline_id) == []
+
+
+def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_after_a_second_look(instance, app_db):
+    _, pipeline_id, _ = make_pipeline(app_db, due=False)
+    add_pipeline_partitions(instance, [987_654])
+    first = evaluate(pipeline_partitions_sync, instance, app_db)
+    added = [k for r in first.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)
+             for k in r.partition_keys]
+    assert str(pipeline_id) in added
+    assert not [r for r in first.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
+    assert "987654" in json.loads(first.cursor)
+    second = evaluate(pipeline_partitions_sync, instance, app_db, cursor=first.cursor)
+    deleted = [k for r in second.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)
+               for k in r.partition_keys]
+    assert deleted == ["987654"]
+
+
+def test_a_failed_runs_locks_are_released_and_no_one_elses(instance, app_db, app_engine):
+    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
+    with app_db.sessions() as session:
+        connector_id = session.get(Pipeline, pipeline_id).connector_id
+    locks = DatabaseLocks(app_engine)
+    run = dg.DagsterRun(job_name="pipeline_run", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.FAILURE,
+                        tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="scheduled"))
+    locks.acquire(pipeline_lock_name(pipeline_id), run.run_id, ttl_seconds=600)
+    locks.acquire(connector_lock_name(connector_id), "some-other-run", ttl_seconds=600)
+    resource = DatabaseLocksResource(database_url=app_db.url)
+    released = release_run_locks(run, locks=resource, app_db=app_db)
+    assert released == [pipeline_lock_name(pipeline_id)]
+    assert not locks.is_locked(pipeline_lock_name(pipeline_id))
+    assert locks.owner_of(connector_lock_name(connector_id)) == "some-other-run"
+
+
+def test_lock_release_sensors_watch_failed_and_canceled_pipeline_runs():
+    assert sorted(sensor.name for sensor in lock_release_sensors) == [
+        "release_locks_of_canceled_runs", "release_locks_of_failure_runs"]
+    assert all(sensor.default_status == dg.DefaultSensorStatus.RUNNING for sensor in lock_release_sensors)

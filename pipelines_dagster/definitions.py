@@ -8,9 +8,11 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources import build_resources
+from pipelines_dagster.sensors.events import pipeline_events
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from pipelines_dagster.sensors.run_status import lock_release_sensors
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
+from pipelines_dagster.sensors.webhooks import pipeline_webhooks
 from pipelines_dagster.settings import load_settings
 
 # Settings are read at load time so a bad PIPELINES_* value fails the code location
@@ -21,6 +23,8 @@ defs = dg.Definitions(
     jobs=[pipeline_run],
     sensors=[
         build_schedule_sensor(batch_size=settings.schedule_batch_size),
+        pipeline_webhooks,
+        pipeline_events,
         pipeline_partitions_sync,
         *lock_release_sensors,
     ],

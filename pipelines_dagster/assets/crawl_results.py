@@ -3,6 +3,7 @@
 import dagster as dg
 
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
+from pipelines_dagster.core.triggers import trigger_payload
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
@@ -94,6 +95,12 @@ def crawl_results(
         "failed_urls": dg.MetadataValue.md(_failed_urls_table(report)),
         "previous_crawl_run_id": previous[1] if previous else "",
     }
+    with app_db.sessions() as session:
+        payload = trigger_payload(session, run.tags)
+    if payload is not None:
+        metadata["trigger_payload"] = (
+            dg.MetadataValue.json(payload) if isinstance(payload, dict | list) else str(payload)[:4096]
+        )
     if not plan.save_to_kb:
         metadata["kb_documents"] = "skipped: this pipeline keeps the raw crawl only (save to KB is off)"
     return dg.MaterializeResult(metadata=metadata)

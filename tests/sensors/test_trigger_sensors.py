@@ -123,3 +123,70 @@ def test_lock_release_sensors_watch_failed_and_canceled_pipeline_runs():
     assert sorted(sensor.name for sensor in lock_release_sensors) == [
         "release_locks_of_canceled_runs", "release_locks_of_failure_runs"]
     assert all(sensor.default_status == dg.DefaultSensorStatus.RUNNING for sensor in lock_release_sensors)
+
+
+def webhook_for(app_db, pipeline_id: int, workspace_id: int) -> str:
+    from pipelines_dagster.core.triggers import create_webhook_trigger
+
+    with transaction(app_db.sessions) as session:
+        return create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id).token
+
+
+def deliver(app_db, token: str, body: bytes, delivery: str) -> int:
+    from pipelines_dagster.core.triggers import accept_delivery, sign
+
+    with transaction(app_db.sessions) as session:
+        return accept_delivery(session, token=token, body=body,
+                               headers={"X-Hub-Signature-256": sign(body, token), "X-Delivery-Id": delivery}).delivery_id
+
+
+def test_each_webhook_delivery_becomes_one_run_request(instance, app_db):
+    from pipelines_dagster.sensors.webhooks import pipeline_webhooks
+
+    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
+    token = webhook_for(app_db, pipeline_id, workspace_id)
+    first = deliver(app_db, token, b'{"a": 1}', "d1")
+    deliver(app_db, token, b'{"a": 1}', "d1")  # a redelivery: stored once
+    second = deliver(app_db, token, b'{"a": 2}', "d2")
+    result = evaluate(pipeline_webhooks, instance, app_db)
+    mine = requests_for(result, pipeline_id)
+    assert [r.run_key for r in mine] == [f"webhook:{first}", f"webhook:{second}"]
+    assert {r.tags["trigger"] for r in mine} == {"webhook"}
+    assert mine[0].tags["webhook_delivery_id"] == str(first)
+    assert int(result.cursor) >= second
+    assert requests_for(evaluate(pipeline_webhooks, instance, app_db, cursor=result.cursor), pipeline_id) == []
+
+
+def test_a_webhook_for_a_disabled_pipeline_starts_nothing(instance, app_db):
+    from pipelines_dagster.sensors.webhooks import pipeline_webhooks
+
+    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
+    token = webhook_for(app_db, pipeline_id, workspace_id)
+    with transaction(app_db.sessions) as session:
+        session.get(Pipeline, pipeline_id).enabled = False
+    deliver(app_db, token, b"{}", "d-off")
+    assert requests_for(evaluate(pipeline_webhooks, instance, app_db), pipeline_id) == []
+
+
+def test_events_start_the_subscribed_pipelines_they_concern(instance, app_db):
+    from pipelines_dagster.core.triggers import create_event_trigger, emit_event
+    from pipelines_dagster.sensors.events import pipeline_events
+
+    workspace_id, subscribed, _ = make_pipeline(app_db, due=False)
+    with transaction(app_db.sessions) as session:
+        connector_id = session.get(Pipeline, subscribed).connector_id
+        other = catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=None, name="unsubscribed").id
+        trigger = create_event_trigger(session, workspace_id=workspace_id, pipeline_id=subscribed,
+                                       event_type="connector.urls_changed")
+        trigger_id = trigger.id
+        hit = emit_event(session, workspace_id=workspace_id, event_type="connector.urls_changed",
+                         payload={"connector_id": connector_id}).id
+        emit_event(session, workspace_id=workspace_id, event_type="connector.urls_changed",
+                   payload={"connector_id": connector_id + 1000})
+        emit_event(session, workspace_id=workspace_id, event_type="folder.changed")
+    result = evaluate(pipeline_events, instance, app_db)
+    [request] = requests_for(result, subscribed)
+    assert request.run_key == f"event:{hit}:{trigger_id}"
+    assert (request.tags["trigger"], request.tags["event_type"]) == ("event", "connector.urls_changed")
+    assert requests_for(result, other) == []
+    assert requests_for(evaluate(pipeline_events, instance, app_db, cursor=result.cursor), subscribed) == []

@@ -20,6 +20,7 @@ from dagster_postgres import PostgresRunStorage
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 PIPELINE_LIMIT = {"key": "pipeline_id", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+PARTITION_LIMIT = {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,7 @@ def test_runs_are_queued_one_per_pipeline(instance: dg.DagsterInstance) -> None:
     run_queue = instance.get_concurrency_config().run_queue_config
     assert run_queue is not None
     assert PIPELINE_LIMIT in run_queue.tag_concurrency_limits
+    assert PARTITION_LIMIT in run_queue.tag_concurrency_limits
 
 
 def test_dequeue_holds_back_a_second_run_of_the_same_pipeline(instance: dg.DagsterInstance) -> None:
@@ -79,12 +81,12 @@ def test_dequeue_holds_back_a_second_run_of_the_same_pipeline(instance: dg.Dagst
         job_name="crawl",
     )
 
-    def add_run(status: dg.DagsterRunStatus, pipeline_id: str) -> dg.DagsterRun:
+    def add_run(status: dg.DagsterRunStatus, pipeline_id: str, tag: str = "pipeline_id") -> dg.DagsterRun:
         return instance.add_run(
             dg.DagsterRun(
                 job_name="crawl",
                 status=status,
-                tags={"pipeline_id": pipeline_id},
+                tags={tag: pipeline_id},
                 remote_job_origin=origin,
             )
         )
@@ -93,6 +95,9 @@ def test_dequeue_holds_back_a_second_run_of_the_same_pipeline(instance: dg.Dagst
     add_run(dg.DagsterRunStatus.QUEUED, "1")
     first_of_2 = add_run(dg.DagsterRunStatus.QUEUED, "2")
     add_run(dg.DagsterRunStatus.QUEUED, "2")
+    # A launch from the UI has only the partition tag, and is held back all the same.
+    add_run(dg.DagsterRunStatus.STARTED, "3", tag="dagster/partition")
+    add_run(dg.DagsterRunStatus.QUEUED, "3", tag="dagster/partition")
 
     with QueuedRunCoordinatorDaemon(interval_seconds=1) as daemon:
         dequeued = daemon._get_runs_to_dequeue(instance, instance.get_concurrency_config(), None)

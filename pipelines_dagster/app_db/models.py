@@ -331,3 +331,11 @@ class LockLease(Base):
     owner: Mapped[str] = mapped_column(sa.String(255))
     # Epoch milliseconds: compared as integers, identical on every backend.
     expires_at_ms: Mapped[int]
+
+
+# Row ids are partition keys and sensor cursors: SQLite must never hand a deleted row's id
+# to a new row (PostgreSQL sequences never do), or a new pipeline would inherit an old
+# one's runs and a cursor would skip new deliveries.
+for _table in Base.metadata.tables.values():
+    if "id" in _table.columns:
+        _table.dialect_options["sqlite"]["autoincrement"] = True

@@ -169,3 +169,14 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
         assert session.get(CreditLedgerEntry, entry.id) is None
     # Every table but the lock leases (not workspace data) is covered above.
     assert {m.__tablename__ for m in owned} | {"credit_ledger", "workspaces", "lock_leases"} == set(Base.metadata.tables)
+
+
+def test_a_deleted_rows_id_is_never_reused(sessions, pipeline):
+    """Pipeline ids are partition keys and delivery ids are sensor cursors: reuse would mix up runs."""
+    with transaction(sessions) as session:
+        session.execute(sa.delete(Pipeline).where(Pipeline.id == pipeline.id))
+    with transaction(sessions) as session:
+        again = Pipeline(workspace_id=pipeline.workspace_id, name="after delete")
+        session.add(again)
+        session.flush()
+        assert again.id > pipeline.id

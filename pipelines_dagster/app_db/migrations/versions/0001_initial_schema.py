@@ -32,7 +32,8 @@ def upgrade() -> None:
     sa.Column('name', sa.String(length=200), nullable=False),
     sa.Column('owner_user_id', sa.String(length=200), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_workspaces'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_workspaces')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_workspaces_owner_user_id'), 'workspaces', ['owner_user_id'], unique=False)
     op.create_table('api_tokens',
@@ -45,7 +46,8 @@ def upgrade() -> None:
     sa.Column('revoked_at', sa.DateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_api_tokens_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_api_tokens')),
-    sa.UniqueConstraint('token_hash', name=op.f('uq_api_tokens_token_hash'))
+    sa.UniqueConstraint('token_hash', name=op.f('uq_api_tokens_token_hash')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_api_tokens_workspace_id'), 'api_tokens', ['workspace_id'], unique=False)
     op.create_table('connectors',
@@ -61,7 +63,8 @@ def upgrade() -> None:
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.CheckConstraint("connector_type IN ('webcrawler', 'google_drive', 'onedrive', 'dropbox')", name=op.f('ck_connectors_connector_type_valid')),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_connectors_workspace_id_workspaces'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_connectors'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_connectors')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_connectors_workspace_id'), 'connectors', ['workspace_id'], unique=False)
     op.create_table('credit_accounts',
@@ -73,7 +76,8 @@ def upgrade() -> None:
     sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_credit_accounts_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_credit_accounts')),
-    sa.UniqueConstraint('workspace_id', name=op.f('uq_credit_accounts_workspace_id'))
+    sa.UniqueConstraint('workspace_id', name=op.f('uq_credit_accounts_workspace_id')),
+    sqlite_autoincrement=True
     )
     op.create_table('domain_events',
     sa.Column('id', BIGINT, nullable=False),
@@ -82,7 +86,8 @@ def upgrade() -> None:
     sa.Column('payload', sa.JSON(), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_domain_events_workspace_id_workspaces'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_domain_events'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_domain_events')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_domain_events_workspace_id'), 'domain_events', ['workspace_id'], unique=False)
     op.create_table('folders',
@@ -94,7 +99,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['parent_id'], ['folders.id'], name=op.f('fk_folders_parent_id_folders'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_folders_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_folders')),
-    sa.UniqueConstraint('workspace_id', 'parent_id', 'name', name=op.f('uq_folders_workspace_id_parent_id_name'))
+    sa.UniqueConstraint('workspace_id', 'parent_id', 'name', name=op.f('uq_folders_workspace_id_parent_id_name')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_folders_parent_id'), 'folders', ['parent_id'], unique=False)
     op.create_index(op.f('ix_folders_workspace_id'), 'folders', ['workspace_id'], unique=False)
@@ -108,7 +114,8 @@ def upgrade() -> None:
     sa.CheckConstraint("kind IN ('grant', 'charge')", name=op.f('ck_credit_ledger_kind_valid')),
     sa.ForeignKeyConstraint(['account_id'], ['credit_accounts.id'], name=op.f('fk_credit_ledger_account_id_credit_accounts'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_credit_ledger')),
-    sa.UniqueConstraint('idempotency_key', name=op.f('uq_credit_ledger_idempotency_key'))
+    sa.UniqueConstraint('idempotency_key', name=op.f('uq_credit_ledger_idempotency_key')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_credit_ledger_account_id'), 'credit_ledger', ['account_id'], unique=False)
     op.create_table('pipelines',
@@ -128,7 +135,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['destination_folder_id'], ['folders.id'], name=op.f('fk_pipelines_destination_folder_id_folders'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_pipelines_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_pipelines')),
-    sa.UniqueConstraint('workspace_id', 'name', name=op.f('uq_pipelines_workspace_id_name'))
+    sa.UniqueConstraint('workspace_id', 'name', name=op.f('uq_pipelines_workspace_id_name')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_pipelines_connector_id'), 'pipelines', ['connector_id'], unique=False)
     op.create_index(op.f('ix_pipelines_destination_folder_id'), 'pipelines', ['destination_folder_id'], unique=False)
@@ -156,7 +164,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['pipeline_id'], ['pipelines.id'], name=op.f('fk_documents_pipeline_id_pipelines'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_documents_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_documents')),
-    sa.UniqueConstraint('unique_identifier_hash', name=op.f('uq_documents_unique_identifier_hash'))
+    sa.UniqueConstraint('unique_identifier_hash', name=op.f('uq_documents_unique_identifier_hash')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_documents_connector_id'), 'documents', ['connector_id'], unique=False)
     op.create_index(op.f('ix_documents_folder_id'), 'documents', ['folder_id'], unique=False)
@@ -185,7 +194,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['pipeline_id'], ['pipelines.id'], name=op.f('fk_pipeline_triggers_pipeline_id_pipelines'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_pipeline_triggers_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_pipeline_triggers')),
-    sa.UniqueConstraint('webhook_secret_hash', name=op.f('uq_pipeline_triggers_webhook_secret_hash'))
+    sa.UniqueConstraint('webhook_secret_hash', name=op.f('uq_pipeline_triggers_webhook_secret_hash')),
+    sqlite_autoincrement=True
     )
     op.create_index('ix_pipeline_triggers_due', 'pipeline_triggers', ['kind', 'enabled', 'next_fire_at'], unique=False)
     op.create_index(op.f('ix_pipeline_triggers_pipeline_id'), 'pipeline_triggers', ['pipeline_id'], unique=False)
@@ -209,7 +219,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['ledger_entry_id'], ['credit_ledger.id'], name=op.f('fk_token_usage_ledger_entry_id_credit_ledger'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_token_usage_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_token_usage')),
-    sa.UniqueConstraint('ledger_entry_id', name=op.f('uq_token_usage_ledger_entry_id'))
+    sa.UniqueConstraint('ledger_entry_id', name=op.f('uq_token_usage_ledger_entry_id')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_token_usage_workspace_id'), 'token_usage', ['workspace_id'], unique=False)
     op.create_table('webhook_deliveries',
@@ -223,7 +234,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['trigger_id'], ['pipeline_triggers.id'], name=op.f('fk_webhook_deliveries_trigger_id_pipeline_triggers'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_webhook_deliveries_workspace_id_workspaces'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_webhook_deliveries')),
-    sa.UniqueConstraint('trigger_id', 'dedupe_key', name=op.f('uq_webhook_deliveries_trigger_id_dedupe_key'))
+    sa.UniqueConstraint('trigger_id', 'dedupe_key', name=op.f('uq_webhook_deliveries_trigger_id_dedupe_key')),
+    sqlite_autoincrement=True
     )
     op.create_index(op.f('ix_webhook_deliveries_received_at'), 'webhook_deliveries', ['received_at'], unique=False)
     op.create_index(op.f('ix_webhook_deliveries_trigger_id'), 'webhook_deliveries', ['trigger_id'], unique=False)

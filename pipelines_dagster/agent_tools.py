@@ -1,0 +1,113 @@
+"""Tools the chat agent may call, each bound to one workspace when it is built, answering in compact text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+
+from pipelines_dagster.history import MAX_LIMIT, PipelineRunView, RunHistory
+
+FINISHED_FORMAT = "%Y-%m-%d %H:%M UTC"
+
+
+@dataclass(frozen=True)
+class AgentTool:
+    """A function-calling tool: its spec for any LLM client, and a call that always answers in text."""
+
+    name: str
+    description: str
+    arguments: type[pydantic.BaseModel]
+    handler: Callable[[Any], str]
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments, derived from the model that validates them."""
+        return self.arguments.model_json_schema()
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def __call__(self, **arguments: Any) -> str:
+        # The model reads the answer, so bad arguments come back as text it can correct, not as an exception.
+        try:
+            validated = self.arguments.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            return f"Invalid arguments for {self.name}: {self._problems(exc)}"
+        return self.handler(validated)
+
+    def _problems(self, error: pydantic.ValidationError) -> str:
+        accepted = ", ".join(self.arguments.model_fields)
+        problems = []
+        for problem in error.errors():
+            where = ".".join(str(part) for part in problem["loc"]) or "arguments"
+            if problem["type"] == "extra_forbidden":
+                problems.append(f"{where} is not an argument of this tool (it takes only {accepted})")
+            else:
+                problems.append(f"{where}: {problem['msg']}")
+        return "; ".join(problems)
+
+
+class PipelineRunsArguments(pydantic.BaseModel):
+    # Strict, like the schema the model sees: "5" is not an integer and true is not a pipeline id.
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, title="get_pipeline_runs")
+
+    pipeline_id: int | None = pydantic.Field(
+        default=None, description="Only this pipeline's runs; omit or null for every pipeline of the workspace."
+    )
+    limit: int = pydantic.Field(default=20, ge=1, le=MAX_LIMIT, description="How many runs, newest first.")
+
+
+def build_pipeline_run_tools(*, workspace_id: int | None, history: RunHistory) -> list[AgentTool]:
+    """The run-history tools for a conversation in `workspace_id`; none outside a workspace."""
+    if workspace_id is None:
+        return []
+
+    def get_pipeline_runs(arguments: PipelineRunsArguments) -> str:
+        page = history.list_runs(workspace_id, pipeline_id=arguments.pipeline_id, limit=arguments.limit)
+        return render_runs(page.runs)
+
+    return [
+        AgentTool(
+            name="get_pipeline_runs",
+            description=(
+                "Recent runs of this workspace's pipelines, newest first, one line each: "
+                "pipeline • status • trigger • finished • documents / crawls (and the error of a failed run)."
+            ),
+            arguments=PipelineRunsArguments,
+            handler=get_pipeline_runs,
+        )
+    ]
+
+
+def render_runs(runs: list[PipelineRunView]) -> str:
+    if not runs:
+        return "No pipeline runs yet."
+    return "\n".join(_render_run(run) for run in runs)
+
+
+def _render_run(run: PipelineRunView) -> str:
+    documents = [run.documents_created, run.documents_updated, run.documents_unchanged]
+    parts = [
+        run.pipeline_name or f"pipeline {run.pipeline_id}",
+        run.status,
+        run.trigger or "no trigger",
+        run.finished_at.strftime(FINISHED_FORMAT) if run.finished_at else "not finished",
+        f"{_count(documents, 'doc')} / {_count([run.crawls_attempted], 'crawl')}",
+    ]
+    if run.error:
+        parts.append(run.error)
+    return " • ".join(parts)
+
+
+def _count(values: list[int | None], noun: str) -> str:
+    known = [value for value in values if value is not None]
+    if not known:
+        return f"no {noun}s"
+    total = sum(known)
+    return f"{total} {noun}" if total == 1 else f"{total} {noun}s"

@@ -1,0 +1,70 @@
+"""The chat agent's run-history tool, over real runs: scoped to its workspace when built, answering in text."""
+
+from __future__ import annotations
+
+import json
+
+from pipelines_dagster.agent_tools import build_pipeline_run_tools
+from tests.assets.conftest import Stack, embedded, web  # noqa: F401
+from tests.test_history import history, rename
+
+
+def test_no_workspace_no_tool(embedded: Stack):
+    assert build_pipeline_run_tools(workspace_id=None, history=history(embedded)) == []
+
+
+def test_the_spec_is_a_function_calling_tool_without_a_workspace_argument(embedded: Stack):
+    [tool] = build_pipeline_run_tools(workspace_id=1, history=history(embedded))
+    spec = tool.spec()
+    assert spec["type"] == "function" and spec["function"]["name"] == tool.name == "get_pipeline_runs"
+    assert spec["function"]["description"] == tool.description
+    parameters = spec["function"]["parameters"]
+    assert parameters == tool.parameters and json.loads(json.dumps(parameters)) == parameters
+    assert parameters["type"] == "object" and parameters["additionalProperties"] is False
+    assert set(parameters["properties"]) == {"pipeline_id", "limit"}
+    assert {"type": "null"} in parameters["properties"]["pipeline_id"]["anyOf"]
+    limit = parameters["properties"]["limit"]
+    assert (limit["type"], limit["minimum"], limit["maximum"], limit["default"]) == ("integer", 1, 100, 20)
+
+
+def test_runs_render_one_line_each_and_only_the_workspaces_own(embedded: Stack):
+    urls = embedded.site(2)
+    ours, docs = embedded.pipeline(urls)
+    theirs, their_pipeline = embedded.pipeline(urls)
+    rename(embedded, docs, "Docs nightly")
+    runs = [embedded.run(docs, ours, trigger="scheduled") for _ in range(3)]
+    embedded.run(their_pipeline, theirs)
+    [tool] = build_pipeline_run_tools(workspace_id=ours, history=history(embedded))
+
+    lines = tool().splitlines()
+    assert len(lines) == 3
+    finished = history(embedded).get_run(ours, runs[-1].run_id).finished_at
+    assert lines[0] == f"Docs nightly • succeeded • scheduled • {finished:%Y-%m-%d %H:%M} UTC • 2 docs / 2 crawls"
+    assert tool(limit=2).splitlines() == lines[:2]
+    assert tool(pipeline_id=docs, limit=1).splitlines() == lines[:1]
+    assert tool(pipeline_id=their_pipeline) == "No pipeline runs yet."
+    assert tool(pipeline_id=None, limit=100).splitlines() == lines
+
+
+def test_a_failed_run_shows_its_reason(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1), enabled=False)
+    embedded.run(pipeline_id, workspace_id, trigger="webhook")
+    [tool] = build_pipeline_run_tools(workspace_id=workspace_id, history=history(embedded))
+    [line] = tool().splitlines()
+    assert line.startswith("p • failed • webhook • ")
+    assert line.endswith(f" • no docs / no crawls • pipeline {pipeline_id} is disabled; enable it before running it")
+
+
+def test_bad_arguments_come_back_as_text(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    theirs, their_pipeline = embedded.pipeline(embedded.site(1, prefix="/q"))
+    embedded.run(their_pipeline, theirs)
+    [tool] = build_pipeline_run_tools(workspace_id=workspace_id, history=history(embedded))
+
+    answer = tool(workspace_id=theirs)
+    assert answer.startswith("Invalid arguments for get_pipeline_runs: workspace_id is not an argument")
+    assert "pipeline_id, limit" in answer
+    assert "limit: Input should be greater than or equal to 1" in tool(limit=0)
+    assert "limit: Input should be less than or equal to 100" in tool(limit=101)
+    assert "pipeline_id: Input should be a valid integer" in tool(pipeline_id="7")
+    assert tool() == "No pipeline runs yet."

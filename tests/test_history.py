@@ -1,0 +1,263 @@
+"""RunHistory over real runs of the pipeline assets, on a real Dagster instance and app database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteRepositoryOrigin
+
+from pipelines_dagster import services
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.core import catalog
+from pipelines_dagster.history import RUN_STATUS, RunHistory
+from pipelines_dagster.jobs import pipeline_run, run_tags
+from pipelines_dagster.launch import PARTITION_TAG
+from tests.assets.conftest import Stack, embedded, materialization, production, stack, web  # noqa: F401
+
+UI = "http://dagster.test/"
+
+
+def history(stack: Stack, *, ui_base_url: str | None = UI) -> RunHistory:
+    return RunHistory(stack.instance, stack.sessions, ui_base_url=ui_base_url)
+
+
+def rename(stack: Stack, pipeline_id: int, name: str) -> None:
+    with transaction(stack.sessions) as session:
+        session.get(Pipeline, pipeline_id).name = name
+
+
+def add_pipeline(stack: Stack, workspace_id: int, urls: list[str], *, name: str, enabled: bool = True) -> int:
+    """Another pipeline, over its own connector, in an existing workspace."""
+    with transaction(stack.sessions) as session:
+        connector = catalog.create_connector(session, workspace_id=workspace_id, connector_type="webcrawler", urls=urls)
+        return services.create_pipeline(
+            session, stack.instance, workspace_id=workspace_id, connector_id=connector.id, name=name,
+            folder_name="Docs", enabled=enabled,
+        ).id
+
+
+def unlaunched_run(stack: Stack, workspace_id: int, pipeline_id: int, status: dg.DagsterRunStatus) -> dg.DagsterRun:
+    """A `pipeline_run` run as the webserver creates it for the code location, before any worker picks it up."""
+    job = dg.Definitions(
+        assets=[crawl_results, kb_documents], jobs=[pipeline_run], resources=stack.resources()
+    ).resolve_job_def(pipeline_run.name)
+    tags = {**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="webhook"),
+            PARTITION_TAG: str(pipeline_id)}
+    origin = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("pipelines_dagster"), "__repository__")
+    return stack.instance.create_run_for_job(
+        job_def=job, status=status, tags=tags, remote_job_origin=origin.get_job_origin(pipeline_run.name)
+    )
+
+
+@contextmanager
+def counted_queries() -> Iterator[dict[sa.Engine, int]]:
+    """SELECT statements run per engine (Dagster's storages and the app DB) inside the block."""
+    counts: dict[sa.Engine, int] = {}
+
+    def count(conn, _cursor, statement, *_args) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            counts[conn.engine] = counts.get(conn.engine, 0) + 1
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", count)
+    try:
+        yield counts
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", count)
+
+
+def test_every_dagster_status_has_a_run_status():
+    assert set(RUN_STATUS) == set(dg.DagsterRunStatus)
+    expected = {
+        "QUEUED": "queued", "NOT_STARTED": "queued", "STARTING": "queued",
+        "STARTED": "running", "CANCELING": "running",
+        "SUCCESS": "succeeded", "FAILURE": "failed", "CANCELED": "canceled",
+    }
+    assert {status.value: RUN_STATUS[status] for status in RUN_STATUS if status.value in expected} == expected
+
+
+def test_a_succeeded_run_shows_its_trigger_counts_blob_charge_and_steps(stack: Stack):
+    stack.billing_enabled = True
+    urls = stack.site(3) + [stack.web.url("/missing")]
+    workspace_id, pipeline_id = stack.pipeline(urls, credit=100_000)
+    rename(stack, pipeline_id, "Docs nightly")
+    result = stack.run(pipeline_id, workspace_id, trigger="scheduled")
+    assert result.success
+    crawl = materialization(result, "crawl_results")
+
+    page = history(stack).list_runs(workspace_id)
+    [run] = page.runs
+    assert page.next_cursor is None
+    assert (run.run_id, run.pipeline_id, run.pipeline_name, run.workspace_id) == (
+        result.run_id, pipeline_id, "Docs nightly", workspace_id)
+    assert (run.status, run.trigger, run.error) == ("succeeded", "scheduled", None)
+    assert (run.crawls_attempted, run.crawls_succeeded, run.crawls_empty, run.crawls_failed) == (4, 3, 0, 1)
+    assert (run.documents_created, run.documents_updated, run.documents_unchanged) == (3, 0, 0)
+    assert run.charged_micros == crawl["charged_micros"] == 3000
+    assert run.blob_key == crawl["blob_key"]
+    assert run.created_at.utcoffset().total_seconds() == 0
+    assert run.created_at <= run.started_at <= run.finished_at
+    assert run.dagster_url == f"http://dagster.test/runs/{result.run_id}"
+    assert history(stack, ui_base_url=None).list_runs(workspace_id).runs[0].dagster_url is None
+
+    detail = history(stack).get_run(workspace_id, result.run_id)
+    assert detail.model_dump(exclude={"steps"}) == run.model_dump()
+    assert [(step.step_key, step.status, step.attempts, step.error) for step in detail.steps] == [
+        ("crawl_results", "succeeded", 1, None), ("kb_documents", "succeeded", 1, None)]
+    assert all(run.started_at <= step.started_at <= step.finished_at <= run.finished_at for step in detail.steps)
+
+
+def test_a_refused_run_is_failed_with_its_reason(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1), enabled=False)
+    result = embedded.run(pipeline_id, workspace_id)
+    assert not result.success
+    reason = f"pipeline {pipeline_id} is disabled; enable it before running it"
+
+    [run] = history(embedded).list_runs(workspace_id).runs
+    assert (run.status, run.error, run.finished_at is not None) == ("failed", reason, True)
+    assert (run.crawls_attempted, run.documents_created, run.blob_key, run.charged_micros) == (None, None, None, None)
+    detail = history(embedded).get_run(workspace_id, run.run_id)
+    assert detail.error == reason
+    assert [(step.step_key, step.status, step.error) for step in detail.steps] == [
+        ("crawl_results", "failed", reason)]
+    assert [r.run_id for r in history(embedded).list_runs(workspace_id, status="failed").runs] == [run.run_id]
+    assert history(embedded).list_runs(workspace_id, status="succeeded").runs == []
+
+
+def test_an_error_in_a_later_step_is_the_runs_error_and_the_crawl_still_counts(embedded: Stack, monkeypatch):
+    import pipelines_dagster.assets.kb_documents as module
+
+    def unreachable(*_args, **_kwargs):
+        raise ConnectionError("search index unreachable")
+
+    monkeypatch.setattr(module, "index_crawl", unreachable)
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(2))
+    assert not embedded.run(pipeline_id, workspace_id).success
+
+    [run] = history(embedded).list_runs(workspace_id).runs
+    assert (run.status, run.error) == ("failed", "ConnectionError: search index unreachable")
+    assert (run.crawls_attempted, run.crawls_succeeded, run.documents_created) == (2, 2, None)
+    steps = history(embedded).get_run(workspace_id, run.run_id).steps
+    assert [(step.step_key, step.status, step.error) for step in steps] == [
+        ("crawl_results", "succeeded", None), ("kb_documents", "failed", "ConnectionError: search index unreachable")]
+
+
+def test_queued_running_and_canceled_runs(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    queued = unlaunched_run(embedded, workspace_id, pipeline_id, dg.DagsterRunStatus.QUEUED)
+    started = unlaunched_run(embedded, workspace_id, pipeline_id, dg.DagsterRunStatus.NOT_STARTED)
+    # What a run worker reports when it begins, and what the queue does to a run canceled in it.
+    embedded.instance.report_dagster_event(
+        dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=started.job_name), run_id=started.run_id)
+    runs = {run.run_id: run for run in history(embedded).list_runs(workspace_id).runs}
+    assert runs[queued.run_id].status == "queued" and runs[queued.run_id].started_at is None
+    assert runs[queued.run_id].trigger == "webhook" and runs[queued.run_id].pipeline_id == pipeline_id
+    assert runs[started.run_id].status == "running" and runs[started.run_id].started_at is not None
+    assert runs[started.run_id].finished_at is None
+
+    embedded.instance.report_run_canceled(queued, message="Canceling run from the queue.")
+    canceled = history(embedded).get_run(workspace_id, queued.run_id)
+    assert (canceled.status, canceled.error, canceled.steps) == ("canceled", None, [])
+    assert canceled.finished_at is not None
+    assert [r.run_id for r in history(embedded).list_runs(workspace_id, status="canceled").runs] == [queued.run_id]
+    assert [r.run_id for r in history(embedded).list_runs(workspace_id, status="running").runs] == [started.run_id]
+
+
+def test_pages_follow_the_cursor_newest_first_and_stay_put_when_runs_arrive(embedded: Stack):
+    urls = embedded.site(1)
+    workspace_id, first = embedded.pipeline(urls)
+    second = add_pipeline(embedded, workspace_id, urls, name="second")
+    created = [embedded.run(pipeline_id, workspace_id).run_id for pipeline_id in (first, first, second, first, second)]
+    newest_first = created[::-1]
+    runs = history(embedded)
+
+    pages, cursors, cursor = [], [], None
+    while True:
+        page = runs.list_runs(workspace_id, limit=2, cursor=cursor)
+        pages.append([run.run_id for run in page.runs])
+        if (cursor := page.next_cursor) is None:
+            break
+        cursors.append(cursor)
+    assert pages == [newest_first[:2], newest_first[2:4], newest_first[4:]]
+
+    embedded.run(first, workspace_id)
+    assert [run.run_id for run in runs.list_runs(workspace_id, limit=2, cursor=cursors[0]).runs] == pages[1]
+    assert [run.run_id for run in runs.list_runs(workspace_id, pipeline_id=second).runs] == [created[4], created[2]]
+
+
+def test_limit_and_arguments_are_checked(embedded: Stack):
+    runs = history(embedded)
+    for limit in (0, 101):
+        with pytest.raises(ValueError, match="between 1 and 100"):
+            runs.list_runs(1, limit=limit)
+    with pytest.raises(ValueError, match="status must be one of queued, running, succeeded, failed, canceled"):
+        runs.list_runs(1, status="SUCCESS")
+    assert runs.list_runs(1, limit=100).runs == []
+
+
+def test_another_workspaces_runs_are_never_seen(embedded: Stack):
+    urls = embedded.site(1)
+    ours, our_pipeline = embedded.pipeline(urls)
+    theirs, their_pipeline = embedded.pipeline(urls)
+    our_run = embedded.run(our_pipeline, ours).run_id
+    their_run = embedded.run(their_pipeline, theirs).run_id
+    runs = history(embedded)
+
+    assert [run.run_id for run in runs.list_runs(ours).runs] == [our_run]
+    assert runs.list_runs(ours, pipeline_id=their_pipeline).runs == []
+    assert runs.get_run(ours, their_run) is None
+    assert runs.get_run(ours, "no-such-run") is None
+    assert runs.get_run(theirs, their_run).workspace_id == theirs
+    # Their run as a cursor positions our page; it never lets their runs in.
+    assert [run.run_id for run in runs.list_runs(ours, cursor=their_run).runs] == [our_run]
+
+
+def test_a_ui_launch_belongs_to_its_partitions_workspace(embedded: Stack):
+    urls = embedded.site(1)
+    workspace_id, pipeline_id = embedded.pipeline(urls)
+    other_workspace, _ = embedded.pipeline(urls)
+    # The launchpad adds only the partition to the job's own tags.
+    ui_run = dg.materialize(
+        [crawl_results, kb_documents], partition_key=str(pipeline_id), instance=embedded.instance,
+        resources=embedded.resources(), tags=pipeline_run.tags,
+    ).run_id
+    tagged_run = embedded.run(pipeline_id, workspace_id).run_id
+    runs = history(embedded)
+
+    listed = runs.list_runs(workspace_id).runs
+    assert [run.run_id for run in listed] == [tagged_run, ui_run]
+    assert (listed[1].pipeline_id, listed[1].workspace_id, listed[1].trigger) == (pipeline_id, workspace_id, "manual")
+    assert (listed[1].status, listed[1].crawls_succeeded) == ("succeeded", 1)
+    assert [run.run_id for run in runs.list_runs(workspace_id, pipeline_id=pipeline_id).runs] == [tagged_run, ui_run]
+    assert runs.get_run(workspace_id, ui_run).pipeline_name == "p"
+    assert runs.get_run(other_workspace, ui_run) is None
+    assert runs.list_runs(other_workspace).runs == []
+
+
+def test_storage_queries_per_page_do_not_grow_with_the_page(embedded: Stack):
+    urls = embedded.site(1)
+    workspace_id, pipeline_id = embedded.pipeline(urls)
+    refused = add_pipeline(embedded, workspace_id, urls, name="refused", enabled=False)
+    for _ in range(4):
+        assert embedded.run(pipeline_id, workspace_id).success
+    assert not embedded.run(refused, workspace_id).success
+    assert embedded.run(pipeline_id, workspace_id).success
+    runs = history(embedded)
+
+    def queries(**page) -> tuple[int, int]:
+        with counted_queries() as counts:
+            listed = runs.list_runs(workspace_id, **page).runs
+        assert {run.status for run in listed} == {"succeeded", "failed"}
+        return counts.pop(embedded.engine, 0), sum(counts.values())
+
+    small, large = queries(limit=2), queries(limit=6)
+    assert small == large
+    # App DB: the names. Dagster: two run queries (tagged runs, UI launches), two materialization
+    # queries (each with its asset-key lookup) and one for the failures.
+    assert small == (1, 7)

@@ -22,6 +22,7 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
 from pipelines_dagster import demo as demo_site
 from pipelines_dagster import services
+from pipelines_dagster.core.triggers import EventType, create_event_trigger, create_webhook_trigger, emit_event
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import Settings, SettingsError, load_settings
@@ -360,3 +361,97 @@ def demo(once: bool, site_port: int, ui_port: int) -> None:
             subprocess.run(command, env=env, cwd=REPO_DIR, check=False)
         except KeyboardInterrupt:
             pass
+
+
+@pipeline.command("run")
+@pipeline_ref
+@json_option
+@user_errors
+def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
+    """Run a pipeline now on the running Dagster (webserver at $PIPELINES_DAGSTER_URL)."""
+    # Imported on use, like uvicorn below: the GraphQL client and the web stack are
+    # only needed by these two commands.
+    from pipelines_dagster.core.run_engine import RunRefused
+    from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError, launch_pipeline_run
+
+    try:
+        run_id = launch_pipeline_run(
+            open_sessions(load_settings()), workspace_id=workspace_id, pipeline_id=pipeline_id
+        )
+    except (RunRefused, DagsterUnavailableError, LaunchFailedError) as exc:
+        raise click.ClickException(str(exc)) from None
+    emit(as_json, {"id": run_id, "run_id": run_id, "pipeline_id": pipeline_id}, run_id)
+
+
+@main.command("api")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@user_errors
+def api(host: str, port: int) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) with uvicorn."""
+    import uvicorn
+
+    from pipelines_dagster.api import create_app
+
+    uvicorn.run(create_app(), host=host, port=port)
+
+
+@main.group()
+def trigger() -> None:
+    """Webhook and event triggers of a pipeline (schedules are set with `pipeline create`)."""
+
+
+@trigger.command("create")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--pipeline", "pipeline_id", required=True, type=int)
+@click.option("--kind", required=True, type=click.Choice(["webhook", "event"]))
+@click.option(
+    "--event-type",
+    default=None,
+    help="For --kind event, one of: " + ", ".join(member.value for member in EventType) + ".",
+)
+@json_option
+@user_errors
+def trigger_create(workspace_id: int, pipeline_id: int, kind: str, event_type: str | None, as_json: bool) -> None:
+    """Add a webhook trigger (prints its URL path and secret once) or an event subscription."""
+    if (kind == "event") != (event_type is not None):
+        raise InvalidInputError("event_type", "give --event-type with --kind event, and only then")
+    with transaction(open_sessions(load_settings())) as session:
+        if kind == "webhook":
+            made = create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            payload = {"id": made.trigger.id, "kind": kind, "webhook_path": f"/webhooks/{made.token}",
+                       "secret": made.token}
+            text = (f"webhook trigger {made.trigger.id}: POST /webhooks/{made.token}\n"
+                    f"sign each body: X-Hub-Signature-256: sha256=HMAC-SHA256(body, {made.token}) (shown once)")
+        else:
+            subscribed = create_event_trigger(
+                session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=event_type
+            )
+            payload = {"id": subscribed.id, "kind": kind, "event_type": subscribed.event_type}
+            text = f"event trigger {subscribed.id}: pipeline {pipeline_id} runs on {subscribed.event_type}"
+    emit(as_json, payload, text)
+
+
+@main.group()
+def event() -> None:
+    """Domain events: what happened in a workspace, for event triggers to act on."""
+
+
+@event.command("emit")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--type", "event_type", required=True, help="One of: " + ", ".join(m.value for m in EventType) + ".")
+@click.option("--payload", default="{}", help='A JSON object, e.g. \'{"connector_id": 3}\'.')
+@json_option
+@user_errors
+def event_emit(workspace_id: int, event_type: str, payload: str, as_json: bool) -> None:
+    """Record a domain event; subscribed pipelines run on the event sensor's next tick."""
+    try:
+        body = json.loads(payload)
+    except ValueError as exc:
+        raise InvalidInputError("payload", f"not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise InvalidInputError("payload", "must be a JSON object")
+    with transaction(open_sessions(load_settings())) as session:
+        recorded = emit_event(session, workspace_id=workspace_id, event_type=event_type, payload=body)
+        result = {"id": recorded.id, "event_type": recorded.event_type}
+    emit(as_json, result, f"event {result['id']} recorded")

@@ -270,3 +270,44 @@ def test_connector_index_interval_must_be_positive(cli, workspace):
                  "--url", "https://example.com/", "--index-every-minutes", "0", ok=False)
     assert "--index-every-minutes" in result.output
     assert row_counts(cli.engine()) == before
+
+
+def test_trigger_create_webhook_and_event(cli, workspace, connector):
+    ws = str(workspace["id"])
+    made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
+    hook = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(made["id"]), "--kind", "webhook")
+    assert hook["webhook_path"] == f"/webhooks/{hook['secret']}"
+    sub = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(made["id"]), "--kind", "event",
+                   "--event-type", "document.uploaded")
+    assert sub["event_type"] == "document.uploaded"
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        (["--kind", "event", "--event-type", "page.updated"], "unknown event type 'page.updated'"),
+        (["--kind", "event"], "--event-type"),
+        (["--kind", "webhook", "--event-type", "folder.changed"], "--event-type"),
+    ],
+)
+def test_trigger_create_bad_input_writes_nothing(cli, workspace, connector, extra, reason):
+    ws = str(workspace["id"])
+    made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
+    before = row_counts(cli.engine())
+    result = cli("trigger", "create", "--workspace", ws, "--pipeline", str(made["id"]), *extra, ok=False)
+    assert reason in result.output
+    assert row_counts(cli.engine()) == before
+
+
+def test_event_emit_and_its_bad_input(cli, workspace):
+    ws = str(workspace["id"])
+    recorded = cli.json("event", "emit", "--workspace", ws, "--type", "refresh.requested",
+                        "--payload", '{"reason": "stale"}')
+    assert recorded["event_type"] == "refresh.requested"
+    before = row_counts(cli.engine())
+    assert "unknown event type" in cli("event", "emit", "--workspace", ws, "--type", "x.y", ok=False).output
+    assert "--payload" in cli("event", "emit", "--workspace", ws, "--type", "refresh.requested",
+                              "--payload", "[1]", ok=False).output
+    assert "does not exist" in cli("event", "emit", "--workspace", "999", "--type", "refresh.requested",
+                                   ok=False).output
+    assert row_counts(cli.engine()) == before

@@ -1,0 +1,30 @@
+"""What every route is given: the app's services, built once by `create_app`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import dagster as dg
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipelines_dagster.core.blob import BlobStore
+from pipelines_dagster.history import RunHistory
+from pipelines_dagster.launch import Launcher
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiServices:
+    sessions: sessionmaker[Session]
+    instance: dg.DagsterInstance
+    history: RunHistory
+    blob_store: BlobStore
+    launcher: Launcher
+
+
+def get_services(request: Request) -> ApiServices:
+    return request.app.state.services
+
+
+Api = Annotated[ApiServices, Depends(get_services)]

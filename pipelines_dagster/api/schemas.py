@@ -1,0 +1,160 @@
+"""Request and response bodies of the HTTP API; per-field rules come from the catalog's own validators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from pipelines_dagster.core.schedule import validate_cron, validate_timezone
+from pipelines_dagster.core.validation import InvalidInputError, validate_name, validate_urls
+
+# The largest integer every JSON client reads exactly; row ids stay far below it, and
+# anything above would overflow the 64-bit id columns before reaching a query.
+MAX_ID = 2**53 - 1
+# A leap year: beyond that an interval is not a schedule anybody means.
+MAX_EVERY_MINUTES = 366 * 24 * 60
+# Bounds one request body; a pipeline over more pages crawls its connector's list.
+MAX_URLS = 10_000
+
+T = TypeVar("T")
+
+
+def _domain(validator: Callable[[T], T]) -> AfterValidator:
+    """Run a catalog validator inside pydantic, so its message lands on the field like any other."""
+
+    def run(value: T) -> T:
+        try:
+            return validator(value)
+        except InvalidInputError as exc:
+            raise PydanticCustomError("invalid_input", "{message}", {"message": exc.message}) from None
+
+    return AfterValidator(run)
+
+
+def _timezone(name: str) -> str:
+    validate_timezone(name)
+    return name
+
+
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+Name = Annotated[str, Field(min_length=1, max_length=200), _domain(validate_name)]
+FolderName = Annotated[
+    str,
+    Field(min_length=1, max_length=255, description="A KB folder at the root, created when missing."),
+    _domain(lambda name: validate_name(name, field="folder", max_length=255)),
+]
+Urls = Annotated[
+    list[str],
+    Field(
+        min_length=1,
+        max_length=MAX_URLS,
+        description="URLs this pipeline crawls instead of its connector's (absolute http or https).",
+    ),
+    _domain(validate_urls),
+]
+Cron = Annotated[
+    str,
+    Field(max_length=120, description="Five fields: minute hour day month weekday.", examples=["30 2 * * *"]),
+    _domain(validate_cron),
+]
+Timezone = Annotated[
+    str,
+    Field(max_length=64, description="IANA name of the cron's timezone.", examples=["Europe/Stockholm"]),
+    _domain(_timezone),
+]
+EveryMinutes = Annotated[int, Field(ge=1, le=MAX_EVERY_MINUTES, description="Run every N minutes.")]
+
+
+class Schedule(BaseModel):
+    """A cron expression with its timezone, or a fixed interval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cron: Cron | None = None
+    timezone: Timezone | None = None
+    every_minutes: EveryMinutes | None = None
+
+
+class PipelineCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    connector_id: Id = Field(description="A connector of the same workspace.")
+    save_to_kb: bool = Field(default=True, description="Save pages as KB documents, or keep only the raw crawl.")
+    folder: FolderName | None = None
+    folder_id: Id | None = Field(default=None, description="A folder of the same workspace; give this or folder.")
+    schedule: Schedule | None = None
+    enabled: bool = True
+    urls: Urls | None = None
+
+
+class PipelineUpdate(BaseModel):
+    """Only the fields given change; null clears folder, folder_id, schedule and urls."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Null is not a value of these, so it is refused rather than read as "leave unchanged".
+    name: Name | SkipJsonSchema[None] = None
+    save_to_kb: bool | SkipJsonSchema[None] = None
+    enabled: bool | SkipJsonSchema[None] = None
+    folder: FolderName | None = None
+    folder_id: Id | None = None
+    schedule: Schedule | None = None
+    urls: Urls | None = None
+
+    @field_validator("name", "save_to_kb", "enabled", mode="before")
+    @classmethod
+    def _refuse_null(cls, value: Any) -> Any:
+        if value is None:
+            raise PydanticCustomError("not_null", "must not be null; leave the field out to keep its value")
+        return value
+
+
+class ScheduleOut(BaseModel):
+    cron: str | None
+    timezone: str | None
+    every_minutes: int | None
+    enabled: bool
+    next_fire_at: datetime | None
+    disabled_reason: str | None
+
+
+class PipelineOut(BaseModel):
+    id: int
+    workspace_id: int
+    connector_id: int | None
+    name: str
+    save_to_kb: bool
+    folder_id: int | None = Field(description="Destination KB folder; null is the workspace root.")
+    enabled: bool
+    system_managed: bool = Field(description="The connector's own periodic indexing; follows the connector.")
+    urls: list[str] | None = Field(description="This pipeline's own URLs; null crawls the connector's.")
+    schedule: ScheduleOut | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class PipelineList(BaseModel):
+    pipelines: list[PipelineOut]
+
+
+class RunLaunched(BaseModel):
+    run_id: str = Field(description="The Dagster run id; follow it under .../runs/{run_id}.")
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="Dotted path of the field, e.g. schedule.timezone or urls[2].")
+    message: str
+
+
+class ValidationErrorResponse(BaseModel):
+    detail: list[FieldError]

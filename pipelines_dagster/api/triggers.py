@@ -1,0 +1,213 @@
+"""Webhook and event triggers of a pipeline, domain events of a workspace, and signed webhook deliveries."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Path, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from pipelines_dagster.api.auth import WorkspaceId
+from pipelines_dagster.api.deps import Api
+from pipelines_dagster.api.errors import responses
+from pipelines_dagster.api.schemas import MAX_ID, ErrorResponse
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind
+from pipelines_dagster.core.catalog import NotFoundError, get_pipeline
+from pipelines_dagster.core.triggers import (
+    MAX_WEBHOOK_BODY_BYTES,
+    DeliveryRejected,
+    EventType,
+    accept_delivery,
+    create_event_trigger,
+    create_webhook_trigger,
+    emit_event,
+)
+from pipelines_dagster.core.validation import InvalidInputError
+
+router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["triggers"])
+webhooks = APIRouter(tags=["webhooks"])
+
+PipelineId = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+
+class TriggerIn(BaseModel):
+    kind: Literal["webhook", "event"] = Field(
+        description="Schedules are set on the pipeline itself; manual runs need no trigger."
+    )
+    event_type: EventType | None = Field(default=None, description="Required for an event trigger.")
+
+
+class TriggerOut(BaseModel):
+    id: int
+    pipeline_id: int
+    kind: str
+    event_type: str | None
+    enabled: bool
+    disabled_reason: str | None
+
+
+class NewWebhookOut(TriggerOut):
+    webhook_path: str = Field(description="POST deliveries here; shown once.")
+    secret: str = Field(description="Sign each body with HMAC-SHA256 under this secret; shown once.")
+
+
+class TriggerList(BaseModel):
+    triggers: list[TriggerOut]
+
+
+class EventIn(BaseModel):
+    event_type: EventType
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Free-form; an integer `connector_id` or `pipeline_id` narrows which pipelines run.",
+    )
+
+
+class EventOut(BaseModel):
+    event_id: int
+    event_type: str
+
+
+class DeliveryOut(BaseModel):
+    delivery_id: int
+    duplicate: bool = Field(description="True for a redelivery: stored once, no second run.")
+
+
+def _out(trigger: PipelineTrigger) -> TriggerOut:
+    return TriggerOut(
+        id=trigger.id,
+        pipeline_id=trigger.pipeline_id,
+        kind=trigger.kind,
+        event_type=trigger.event_type,
+        enabled=trigger.enabled,
+        disabled_reason=trigger.disabled_reason,
+    )
+
+
+@router.get("/pipelines/{pipeline_id}/triggers", response_model=TriggerList, responses=responses(401, 404, 422))
+def list_triggers(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -> TriggerList:
+    with api.sessions() as session:
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        triggers = session.scalars(
+            sa.select(PipelineTrigger).where(PipelineTrigger.pipeline_id == pipeline_id).order_by(PipelineTrigger.id)
+        )
+        return TriggerList(triggers=[_out(trigger) for trigger in triggers])
+
+
+@router.post(
+    "/pipelines/{pipeline_id}/triggers",
+    status_code=status.HTTP_201_CREATED,
+    response_model=NewWebhookOut | TriggerOut,
+    responses=responses(401, 404, 422),
+)
+def add_trigger(
+    workspace_id: WorkspaceId, pipeline_id: PipelineId, body: TriggerIn, api: Api
+) -> NewWebhookOut | TriggerOut:
+    """Add a webhook trigger (its secret is shown once) or subscribe the pipeline to an event type."""
+    with transaction(api.sessions) as session:
+        if body.kind == TriggerKind.WEBHOOK.value:
+            if body.event_type is not None:
+                raise InvalidInputError("event_type", "only an event trigger takes an event type")
+            made = create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            return NewWebhookOut(
+                **_out(made.trigger).model_dump(), webhook_path=f"/webhooks/{made.token}", secret=made.token
+            )
+        if body.event_type is None:
+            raise InvalidInputError("event_type", "an event trigger needs an event type")
+        trigger = create_event_trigger(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=body.event_type.value
+        )
+        return _out(trigger)
+
+
+@router.delete(
+    "/pipelines/{pipeline_id}/triggers/{trigger_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses=responses(401, 404, 422),
+)
+def delete_trigger(
+    workspace_id: WorkspaceId,
+    pipeline_id: PipelineId,
+    trigger_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    api: Api,
+) -> Response:
+    with transaction(api.sessions) as session:
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        trigger = session.get(PipelineTrigger, trigger_id)
+        if trigger is None or trigger.pipeline_id != pipeline_id:
+            raise NotFoundError(f"trigger {trigger_id} is not a trigger of pipeline {pipeline_id}")
+        session.delete(trigger)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/events", status_code=status.HTTP_202_ACCEPTED, response_model=EventOut,
+             responses=responses(401, 404, 422))
+def post_event(workspace_id: WorkspaceId, body: EventIn, api: Api) -> EventOut:
+    """Record a domain event; pipelines subscribed to its type run on the event sensor's next tick."""
+    with transaction(api.sessions) as session:
+        event = emit_event(
+            session, workspace_id=workspace_id, event_type=body.event_type.value, payload=body.payload
+        )
+        return EventOut(event_id=event.id, event_type=event.event_type)
+
+
+async def _capped_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_WEBHOOK_BODY_BYTES:
+        raise DeliveryRejected(413, f"the body is larger than {MAX_WEBHOOK_BODY_BYTES} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_WEBHOOK_BODY_BYTES:
+            raise DeliveryRejected(413, f"the body is larger than {MAX_WEBHOOK_BODY_BYTES} bytes")
+    return bytes(body)
+
+
+@webhooks.post(
+    "/webhooks/{token}",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=DeliveryOut,
+    responses={
+        200: {"model": DeliveryOut, "description": "A redelivery: accepted, no second run."},
+        **{code: {"model": ErrorResponse, "description": text} for code, text in [
+            (400, "A malformed timestamp header."),
+            (401, "Missing or wrong signature, unknown token, or a delivery older than 300 s."),
+            (409, "The webhook trigger is disabled."),
+            (413, "The body is larger than 1 MiB."),
+        ]},
+    },
+    # The raw body is read here, capped, so the signature covers exactly the bytes sent.
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def receive_webhook(
+    token: Annotated[str, Path(min_length=1, max_length=200)],
+    request: Request,
+    api: Api,
+) -> JSONResponse:
+    """A signed delivery: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body under the secret>`.
+
+    Optional headers: `X-Delivery-Id` (the dedupe key; else the body's hash) and
+    `X-Webhook-Timestamp` (Unix seconds; older than 300 s is refused).
+    """
+    try:
+        body = await _capped_body(request)
+
+        def store() -> DeliveryOut:
+            with transaction(api.sessions) as session:
+                accepted = accept_delivery(session, token=token, body=body, headers=dict(request.headers))
+                return DeliveryOut(delivery_id=accepted.delivery_id, duplicate=accepted.duplicate)
+
+        delivery = await run_in_threadpool(store)
+    except DeliveryRejected as rejected:
+        return JSONResponse({"detail": str(rejected)}, status_code=rejected.status)
+    code = status.HTTP_200_OK if delivery.duplicate else status.HTTP_202_ACCEPTED
+    return JSONResponse(delivery.model_dump(), status_code=code)

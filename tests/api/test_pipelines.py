@@ -1,0 +1,288 @@
+"""Pipelines CRUD: validation per field with nothing written, partitions that follow, the de-dup guard."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.models import Connector, Folder, Pipeline, PipelineTrigger
+from pipelines_dagster.partitions import pipelines_partitions
+from tests.api.conftest import Tenant, new_tenant, row_counts
+
+
+def partitions(instance) -> set[str]:
+    return set(instance.get_dynamic_partitions(pipelines_partitions.name))
+
+
+def create(client, tenant: Tenant, **fields):
+    return client.post(tenant.pipelines, headers=tenant.headers, json={"connector_id": tenant.connector_id, **fields})
+
+
+def fields_of(response) -> list[str]:
+    assert response.status_code == 422, response.text
+    return [error["field"] for error in response.json()["detail"]]
+
+
+def test_create_read_list_and_the_partition_registered_with_it(client, instance, tenant: Tenant):
+    response = create(
+        client,
+        tenant,
+        name="Docs nightly",
+        folder="Docs",
+        urls=["https://docs.example.com/a ", "https://docs.example.com/a"],
+        schedule={"cron": "30 2 * * *", "timezone": "Europe/Stockholm"},
+        save_to_kb=False,
+    )
+    assert response.status_code == 201, response.text
+    created = response.json()
+    assert created["name"] == "Docs nightly" and created["save_to_kb"] is False and created["enabled"] is True
+    assert created["urls"] == ["https://docs.example.com/a"]
+    assert created["folder_id"] is not None and created["system_managed"] is False
+    schedule = created["schedule"]
+    assert (schedule["cron"], schedule["timezone"], schedule["every_minutes"]) == (
+        "30 2 * * *",
+        "Europe/Stockholm",
+        None,
+    )
+    # 02:30 in Stockholm is 00:30 or 01:30 UTC, depending on the season.
+    next_fire = datetime.fromisoformat(schedule["next_fire_at"])
+    assert next_fire.minute == 30 and next_fire.hour in {0, 1}
+    assert str(created["id"]) in partitions(instance)
+
+    assert client.get(f"{tenant.pipelines}/{created['id']}", headers=tenant.headers).json() == created
+    listed = client.get(tenant.pipelines, headers=tenant.headers).json()["pipelines"]
+    assert [p["id"] for p in listed] == [created["id"]]
+
+
+def test_folder_id_of_the_workspace_and_the_connector_own_urls(client, sessions, tenant: Tenant):
+    with transaction(sessions) as session:
+        folder = Folder(workspace_id=tenant.workspace_id, name="Handbook")
+        session.add(folder)
+        session.flush()
+        folder_id = folder.id
+    created = create(client, tenant, name="p", folder_id=folder_id).json()
+    assert created["folder_id"] == folder_id and created["urls"] is None and created["schedule"] is None
+
+
+INVALID_BODIES = [
+    ({"name": "  "}, ["name"]),
+    ({"name": "x" * 201}, ["name"]),
+    ({"name": "p", "schedule": {"cron": "0 3 * * *"}}, ["schedule.timezone"]),
+    ({"name": "p", "schedule": {"timezone": "UTC"}}, ["schedule.timezone"]),
+    ({"name": "p", "schedule": {"cron": "0 3 * * *", "timezone": "UTC", "every_minutes": 5}}, ["schedule.cron"]),
+    ({"name": "p", "schedule": {"cron": "every day", "timezone": "UTC"}}, ["schedule.cron"]),
+    ({"name": "p", "schedule": {"cron": "0 3 * * *", "timezone": "Mars/Olympus"}}, ["schedule.timezone"]),
+    ({"name": "p", "schedule": {"every_minutes": 0}}, ["schedule.every_minutes"]),
+    ({"name": "p", "schedule": {}}, ["schedule.cron"]),
+    ({"name": "p", "urls": []}, ["urls"]),
+    ({"name": "p", "urls": ["ftp://files.example.com/"]}, ["urls"]),
+    ({"name": "p", "urls": ["https://user:pw@example.com/"]}, ["urls"]),
+    ({"name": "p", "folder": "Docs", "folder_id": 1}, ["folder_id"]),
+    ({"name": "p", "folder": "\x07bell"}, ["folder"]),
+    ({"name": "p", "connector_id": "one"}, ["connector_id"]),
+    ({"name": "p", "connector_id": 0}, ["connector_id"]),
+    ({"name": "p", "enabled": "perhaps"}, ["enabled"]),
+    ({"name": "p", "colour": "red"}, ["colour"]),
+    ({"connector_id": 1}, ["name"]),
+    (
+        {"name": "", "urls": ["nope"], "schedule": {"cron": "61 * * * *", "timezone": "Nowhere/None"}},
+        ["name", "schedule.cron", "schedule.timezone", "urls"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "fields"), INVALID_BODIES)
+def test_invalid_input_answers_422_per_field_and_writes_nothing(client, app_engine, instance, tenant, body, fields):
+    before, known = row_counts(app_engine), partitions(instance)
+    response = client.post(tenant.pipelines, headers=tenant.headers, json={"connector_id": tenant.connector_id, **body})
+    assert sorted(fields_of(response)) == fields
+    assert all(error["message"] for error in response.json()["detail"])
+    assert row_counts(app_engine) == before and partitions(instance) == known
+
+
+def test_references_must_be_of_the_same_workspace_and_names_unique(client, app_engine, sessions, instance, tenant):
+    other = new_tenant(sessions, name="globex")
+    with transaction(sessions) as session:
+        foreign = Folder(workspace_id=other.workspace_id, name="Theirs")
+        session.add(foreign)
+        session.flush()
+        foreign_folder = foreign.id
+    assert create(client, tenant, name="taken").status_code == 201
+    before, known = row_counts(app_engine), partitions(instance)
+    assert fields_of(create(client, tenant, name="taken")) == ["name"]
+    assert fields_of(create(client, tenant, name="p", connector_id=other.connector_id)) == ["connector_id"]
+    assert fields_of(create(client, tenant, name="p", folder_id=foreign_folder)) == ["folder_id"]
+    assert fields_of(create(client, tenant, name="p", connector_id=10**9)) == ["connector_id"]
+    assert row_counts(app_engine) == before and partitions(instance) == known
+
+
+def test_urls_only_go_with_a_web_connector(client, sessions, tenant):
+    with transaction(sessions) as session:
+        drive = Connector(workspace_id=tenant.workspace_id, name="drive", connector_type="google_drive")
+        session.add(drive)
+        session.flush()
+        drive_id = drive.id
+    response = create(client, tenant, name="p", connector_id=drive_id, urls=["https://example.com/"])
+    assert fields_of(response) == ["urls"]
+    assert create(client, tenant, name="p", connector_id=drive_id).status_code == 201
+
+
+def trigger_of(sessions, pipeline_id: int) -> PipelineTrigger | None:
+    with sessions() as session:
+        return session.scalar(sa.select(PipelineTrigger).where(PipelineTrigger.pipeline_id == pipeline_id))
+
+
+def test_put_changes_only_the_fields_given(client, sessions, tenant):
+    created = create(
+        client,
+        tenant,
+        name="p",
+        folder="Docs",
+        urls=["https://a.example/"],
+        save_to_kb=True,
+        schedule={"every_minutes": 30},
+    ).json()
+    path = f"{tenant.pipelines}/{created['id']}"
+    renamed = client.put(path, headers=tenant.headers, json={"name": "renamed"}).json()
+    assert renamed["name"] == "renamed"
+    assert {k: v for k, v in renamed.items() if k not in {"name", "updated_at"}} == {
+        k: v for k, v in created.items() if k not in {"name", "updated_at"}
+    }
+    cleared = client.put(
+        path, headers=tenant.headers, json={"folder": None, "urls": None, "schedule": None, "save_to_kb": False}
+    ).json()
+    assert (cleared["folder_id"], cleared["urls"], cleared["schedule"], cleared["save_to_kb"]) == (
+        None,
+        None,
+        None,
+        False,
+    )
+    assert trigger_of(sessions, created["id"]) is None
+    again = client.put(path, headers=tenant.headers, json={"folder": "Docs", "urls": ["https://b.example/"]}).json()
+    assert again["folder_id"] == created["folder_id"] and again["urls"] == ["https://b.example/"]
+    assert client.put(path, headers=tenant.headers, json={}).json()["name"] == "renamed"
+
+
+def test_put_refuses_null_for_fields_that_have_no_null(client, tenant):
+    created = create(client, tenant, name="p").json()
+    response = client.put(
+        f"{tenant.pipelines}/{created['id']}",
+        headers=tenant.headers,
+        json={"name": None, "enabled": None, "save_to_kb": None},
+    )
+    assert sorted(fields_of(response)) == ["enabled", "name", "save_to_kb"]
+
+
+def test_a_failed_put_leaves_the_pipeline_as_it_was(client, app_engine, sessions, tenant):
+    with transaction(sessions) as session:
+        drive = Connector(workspace_id=tenant.workspace_id, name="drive", connector_type="google_drive")
+        session.add(drive)
+        session.flush()
+        drive_id = drive.id
+    created = create(client, tenant, name="p", connector_id=drive_id, schedule={"every_minutes": 10}).json()
+    path = f"{tenant.pipelines}/{created['id']}"
+    before = row_counts(app_engine)
+    # The rename and the new folder are written before the URLs are found not to fit the connector.
+    response = client.put(
+        path,
+        headers=tenant.headers,
+        json={
+            "name": "renamed",
+            "folder": "New folder",
+            "schedule": {"every_minutes": 20},
+            "urls": ["https://a.example/"],
+        },
+    )
+    assert fields_of(response) == ["urls"]
+    assert row_counts(app_engine) == before
+    assert client.get(path, headers=tenant.headers).json() == created
+
+
+def test_editing_the_schedule_gives_it_a_new_next_fire_time(client, sessions, tenant):
+    created = create(client, tenant, name="p", schedule={"cron": "0 6 * * *", "timezone": "UTC"}).json()
+    path = f"{tenant.pipelines}/{created['id']}"
+    long_ago = datetime(2020, 1, 1, tzinfo=UTC)
+    with transaction(sessions) as session:
+        session.execute(
+            sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id == created["id"]).values(next_fire_at=long_ago)
+        )
+    same = client.put(path, headers=tenant.headers, json={"schedule": {"cron": "0  6 * * *", "timezone": "UTC"}})
+    assert datetime.fromisoformat(same.json()["schedule"]["next_fire_at"]) == long_ago
+    moved = client.put(
+        path, headers=tenant.headers, json={"schedule": {"cron": "0 6 * * *", "timezone": "America/New_York"}}
+    ).json()
+    next_fire = datetime.fromisoformat(moved["schedule"]["next_fire_at"])
+    now = datetime.now(UTC)
+    assert now < next_fire <= now + timedelta(days=1) and next_fire.hour in {10, 11}
+    interval = client.put(path, headers=tenant.headers, json={"schedule": {"every_minutes": 15}}).json()["schedule"]
+    assert (interval["cron"], interval["timezone"], interval["every_minutes"]) == (None, None, 15)
+    assert datetime.fromisoformat(interval["next_fire_at"]) <= datetime.now(UTC) + timedelta(minutes=15)
+
+
+def test_enable_and_disable_run_the_dedup_guard(client, sessions):
+    owner = new_tenant(sessions, name="initech", index_every_minutes=60)
+    listed = client.get(owner.pipelines, headers=owner.headers).json()["pipelines"]
+    [system] = [p for p in listed if p["system_managed"]]
+    assert system["schedule"]["enabled"] is True
+
+    created = client.post(
+        owner.pipelines, headers=owner.headers, json={"name": "mine", "connector_id": owner.connector_id}
+    ).json()
+    assert client.get(f"{owner.pipelines}/{system['id']}", headers=owner.headers).json()["schedule"]["enabled"] is False
+
+    path = f"{owner.pipelines}/{created['id']}"
+    assert client.put(path, headers=owner.headers, json={"enabled": False}).json()["enabled"] is False
+    restored = client.get(f"{owner.pipelines}/{system['id']}", headers=owner.headers).json()["schedule"]
+    assert restored["enabled"] is True and restored["next_fire_at"] is not None
+    client.put(path, headers=owner.headers, json={"enabled": True})
+    assert client.get(f"{owner.pipelines}/{system['id']}", headers=owner.headers).json()["schedule"]["enabled"] is False
+    with sessions() as session:
+        assert session.get(Connector, owner.connector_id).periodic_indexing_enabled is False
+
+
+def test_the_connector_own_indexing_pipeline_cannot_be_edited_or_deleted(client, sessions):
+    owner = new_tenant(sessions, name="initech", index_every_minutes=60)
+    [system] = client.get(owner.pipelines, headers=owner.headers).json()["pipelines"]
+    path = f"{owner.pipelines}/{system['id']}"
+    for response in (
+        client.put(path, headers=owner.headers, json={"enabled": False}),
+        client.delete(path, headers=owner.headers),
+    ):
+        assert response.status_code == 409 and "periodic indexing" in response.json()["detail"]
+    assert client.get(path, headers=owner.headers).json() == system
+
+
+def test_delete_removes_the_pipeline_its_triggers_and_its_partition(client, sessions, instance, tenant):
+    created = create(client, tenant, name="p", schedule={"every_minutes": 5}).json()
+    path = f"{tenant.pipelines}/{created['id']}"
+    response = client.delete(path, headers=tenant.headers)
+    assert response.status_code == 204 and response.content == b""
+    assert str(created["id"]) not in partitions(instance)
+    assert trigger_of(sessions, created["id"]) is None
+    with sessions() as session:
+        assert session.get(Pipeline, created["id"]) is None
+    for response in (
+        client.get(path, headers=tenant.headers),
+        client.delete(path, headers=tenant.headers),
+        client.put(path, headers=tenant.headers, json={"name": "back"}),
+    ):
+        assert response.status_code == 404
+        assert response.json() == {"detail": f"pipeline {created['id']} is not in workspace {tenant.workspace_id}"}
+
+
+def test_another_workspace_pipeline_is_not_found_under_ones_own(client, tenant, other):
+    theirs = create(client, other, name="theirs").json()
+    path = f"{tenant.pipelines}/{theirs['id']}"
+    for method in ("GET", "PUT", "DELETE"):
+        assert client.request(method, path, headers=tenant.headers, json={}).status_code == 404
+    assert client.get(f"{other.pipelines}/{theirs['id']}", headers=other.headers).json() == theirs
+
+
+def test_unknown_methods_name_the_allowed_ones(client, tenant):
+    response = client.patch(f"{tenant.pipelines}/1", headers=tenant.headers, json={})
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "GET, PUT, DELETE"
+    assert response.json() == {"detail": "Method Not Allowed"}

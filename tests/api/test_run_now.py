@@ -1,0 +1,200 @@
+"""Run now, through a real Dagster webserver: the run lands queued in the instance, or is refused before it exists."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from pipelines_dagster.app_db.engine import create_engine, transaction
+from pipelines_dagster.app_db.migrate import upgrade
+from pipelines_dagster.app_db.models import Connector
+from pipelines_dagster.cli import main
+from pipelines_dagster.launch import DAGSTER_URL_ENV, PARTITION_TAG, GraphQLLauncher, launch_pipeline_run
+from tests.api.conftest import REPO_DIR, Tenant, Webserver, free_port, new_tenant, settings_for
+
+
+@pytest.fixture
+def live(dagster_webserver: Webserver, client_for, tmp_path):
+    """The app of the webserver's deployment, and a new workspace in it."""
+    client = client_for(
+        settings_for(dagster_webserver.engine, tmp_path / "data"),
+        dagster_webserver.instance,
+        dagster_webserver.launcher(),
+    )
+    return client, new_tenant(dagster_webserver.sessions)
+
+
+def make_pipeline(client, tenant: Tenant, **fields) -> int:
+    response = client.post(
+        tenant.pipelines, headers=tenant.headers, json={"name": "p", "connector_id": tenant.connector_id, **fields}
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def run_ids(instance: dg.DagsterInstance, tenant: Tenant, pipeline_id: int) -> list[str]:
+    # By workspace too: SQLite hands a deleted pipeline's id to the next one, and the
+    # deployment's database outlives the tests.
+    tags = {PARTITION_TAG: str(pipeline_id), "workspace_id": str(tenant.workspace_id)}
+    return [run.run_id for run in instance.get_runs(dg.RunsFilter(tags=tags))]
+
+
+def test_run_now_launches_a_queued_run_on_the_deployment(live, dagster_webserver: Webserver):
+    client, tenant = live
+    pipeline_id = make_pipeline(client, tenant)
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 202, response.text
+    run_id = response.json()["run_id"]
+    run = dagster_webserver.instance.get_run_by_id(run_id)
+    assert run is not None and run.job_name == "pipeline_run"
+    assert run.status == dg.DagsterRunStatus.QUEUED
+    assert {key: run.tags[key] for key in ("pipeline_id", "workspace_id", "trigger", PARTITION_TAG)} == {
+        "pipeline_id": str(pipeline_id),
+        "workspace_id": str(tenant.workspace_id),
+        "trigger": "manual",
+        PARTITION_TAG: str(pipeline_id),
+    }
+    listed = client.get(f"{tenant.pipelines}/{pipeline_id}/runs", headers=tenant.headers).json()["runs"]
+    assert [(r["run_id"], r["status"], r["trigger"]) for r in listed] == [(run_id, "queued", "manual")]
+
+
+def test_a_disabled_pipeline_is_refused_with_the_reason_and_no_run(live, dagster_webserver):
+    client, tenant = live
+    pipeline_id = make_pipeline(client, tenant, enabled=False)
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 409
+    assert response.json() == {"detail": f"pipeline {pipeline_id} is disabled; enable it before running it"}
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == []
+
+
+def test_a_pipeline_over_a_connector_without_executor_is_refused(live, dagster_webserver):
+    client, tenant = live
+    with transaction(dagster_webserver.sessions) as session:
+        drive = Connector(workspace_id=tenant.workspace_id, name="drive", connector_type="dropbox")
+        session.add(drive)
+        session.flush()
+        drive_id = drive.id
+    pipeline_id = make_pipeline(client, tenant, connector_id=drive_id)
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 409 and response.json() == {"detail": "executor not implemented for dropbox"}
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == []
+
+
+def test_launches_from_many_requests_at_once_each_get_their_run(live, dagster_webserver):
+    client, tenant = live
+    pipeline_ids = [make_pipeline(client, tenant, name=f"p{n}") for n in range(4)]
+    launcher = dagster_webserver.launcher()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        launched = list(
+            pool.map(
+                lambda pipeline_id: launch_pipeline_run(
+                    dagster_webserver.sessions,
+                    workspace_id=tenant.workspace_id,
+                    pipeline_id=pipeline_id,
+                    launcher=launcher,
+                ),
+                pipeline_ids,
+            )
+        )
+    assert [run_ids(dagster_webserver.instance, tenant, p) for p in pipeline_ids] == [[run] for run in launched]
+
+
+def test_a_server_that_is_not_dagster_is_a_502(client_for, dagster_webserver, web, tmp_path):
+    client = client_for(
+        settings_for(dagster_webserver.engine, tmp_path / "data"),
+        dagster_webserver.instance,
+        GraphQLLauncher(web.url("/")),
+    )
+    tenant = new_tenant(dagster_webserver.sessions)
+    pipeline_id = make_pipeline(client, tenant)
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 502
+    detail = response.json()["detail"]
+    assert (
+        detail.startswith(f"the Dagster webserver at {web.url('')} did not launch the run (") and "query" not in detail
+    )
+
+
+def test_an_unreachable_webserver_is_a_503_that_says_what_to_start(client, tenant: Tenant):
+    pipeline_id = make_pipeline(client, tenant)
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 503
+    assert "cannot reach the Dagster webserver" in response.json()["detail"]
+    assert "dagster dev" in response.json()["detail"]
+
+
+@pytest.fixture
+def cli_env(monkeypatch, tmp_path, dagster_webserver: Webserver):
+    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIPELINES_DATABASE_URL", dagster_webserver.engine.url.render_as_string(hide_password=False))
+    monkeypatch.setenv(DAGSTER_URL_ENV, dagster_webserver.url)
+    return CliRunner()
+
+
+def test_cli_pipeline_run_prints_the_run_id(cli_env, live, dagster_webserver):
+    client, tenant = live
+    pipeline_id = make_pipeline(client, tenant)
+    args = ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(pipeline_id)]
+    text = cli_env.invoke(main, args, catch_exceptions=False)
+    assert text.exit_code == 0, text.output
+    as_json = json.loads(cli_env.invoke(main, [*args, "--json"], catch_exceptions=False).output)
+    assert as_json["pipeline_id"] == pipeline_id and as_json["id"] == as_json["run_id"]
+    assert sorted(run_ids(dagster_webserver.instance, tenant, pipeline_id)) == sorted(
+        [text.output.strip(), as_json["run_id"]]
+    )
+
+
+def test_cli_pipeline_run_refusals_are_one_line(cli_env, live, monkeypatch):
+    client, tenant = live
+    disabled = make_pipeline(client, tenant, enabled=False)
+    enabled = make_pipeline(client, tenant, name="on")
+    cases = [
+        ([str(tenant.workspace_id), str(disabled)], "is disabled"),
+        ([str(tenant.workspace_id + 1), str(enabled)], f"is not in workspace {tenant.workspace_id + 1}"),
+    ]
+    for (workspace, pipeline), message in cases:
+        result = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, pipeline])
+        assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
+    monkeypatch.setenv(DAGSTER_URL_ENV, f"http://127.0.0.1:{free_port()}")
+    result = cli_env.invoke(main, ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(enabled)])
+    assert result.exit_code == 1 and "cannot reach the Dagster webserver" in result.output
+
+
+def test_cli_api_serves_the_openapi_document(tmp_path):
+    data = tmp_path / "data"
+    upgrade(create_engine(f"sqlite:///{data / 'app.sqlite3'}"))
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "PIPELINES_DATA_DIR": str(data), "DAGSTER_HOME": str(tmp_path / "home")}
+    command = [str(Path(sys.executable).with_name("pipelines-dagster")), "api", "--port", str(port)]
+    server = subprocess.Popen(command, cwd=REPO_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read().decode()
+                time.sleep(0.2)
+        assert response.status_code == 200
+        assert "/workspaces/{workspace_id}/pipelines/{pipeline_id}/run" in response.json()["paths"]
+        assert httpx.get(f"http://127.0.0.1:{port}/workspaces/1/pipelines").status_code == 401
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_cli_api_says_to_migrate_an_empty_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("PIPELINES_DATABASE_URL", raising=False)
+    result = CliRunner().invoke(main, ["api"])
+    assert result.exit_code == 1 and "pipelines-dagster db upgrade" in result.output

@@ -1,0 +1,223 @@
+"""Every trigger end to end, through a real Dagster daemon and webserver on a PostgreSQL-backed instance.
+
+The daemon's sensors turn schedule rows, webhook deliveries (received by the
+real HTTP API) and domain events into runs; the CLI launches a manual run
+through the webserver. Each run really crawls a loopback site.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from pipelines_dagster import services
+from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
+from pipelines_dagster.app_db.migrate import upgrade
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, sign
+from tests.api.conftest import free_port
+from tests.support.web import WebServer, page
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Deployment:
+    instance: dg.DagsterInstance
+    engine: sa.Engine
+    env: dict[str, str]
+    ui_url: str
+    api_url: str
+    site: WebServer
+
+    @property
+    def sessions(self):
+        return session_factory(self.engine)
+
+    def runs(self, pipeline_id: int) -> list[dg.DagsterRun]:
+        return list(self.instance.get_runs(dg.RunsFilter(tags={"pipeline_id": str(pipeline_id)})))
+
+    def wait_for(self, what: str, check: Callable[[], object], timeout: float) -> object:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if value := check():
+                return value
+            time.sleep(1)
+        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}", pytrace=False)
+
+    def finished_run(self, pipeline_id: int, trigger: str, timeout: float) -> dg.DagsterRun:
+        def done() -> dg.DagsterRun | None:
+            for run in self.runs(pipeline_id):
+                if run.tags.get("trigger") == trigger and run.is_finished:
+                    return run
+            return None
+
+        return self.wait_for(f"a finished {trigger} run of pipeline {pipeline_id}", done, timeout)
+
+    def pipeline(self, name: str, **schedule) -> tuple[int, int]:
+        urls = [self.site.url(f"/{name}/{n}") for n in range(3)]
+        for n in range(3):
+            self.site.route(f"/{name}/{n}", page(f"{name} {n}", f"Content of page {n} of {name}."))
+        with transaction(self.sessions) as session:
+            workspace = catalog.create_workspace(session, name=name, owner_user_id="owner").workspace
+            connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
+                                                 urls=urls)
+            pipeline = services.create_pipeline(
+                session, self.instance, workspace_id=workspace.id, connector_id=connector.id, name=name,
+                schedule=catalog.ScheduleSpec(**schedule) if schedule else None,
+            )
+            return workspace.id, pipeline.id
+
+
+def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=REPO_DIR, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=3).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def deployment(postgres_url, tmp_path_factory) -> Iterator[Deployment]:
+    home = tmp_path_factory.mktemp("e2e-home")
+    admin = sa.create_engine(sa.make_url(postgres_url).set(drivername="postgresql+psycopg2"),
+                             isolation_level="AUTOCOMMIT")
+    names = {"dagster": f"e2e_dagster_{uuid.uuid4().hex[:6]}", "app": f"e2e_app_{uuid.uuid4().hex[:6]}"}
+    with admin.connect() as conn:
+        for name in names.values():
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = sa.make_url(postgres_url).set(drivername="postgresql+psycopg2")
+    dagster_url = url.set(database=names["dagster"]).render_as_string(hide_password=False)
+    app_url = url.set(database=names["app"]).render_as_string(hide_password=False)
+    engine = create_engine(app_url)
+    upgrade(engine)
+    shutil.copy(REPO_DIR / "deploy" / "dagster.postgres.yaml", home / "dagster.yaml")
+    ui_port, api_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINES_", "DAGSTER_"))}
+    env |= {
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_PG_URL": dagster_url,
+        "PIPELINES_DATA_DIR": str(home / "data"),
+        "PIPELINES_DATABASE_URL": app_url,
+        "PIPELINES_BLOB_STORE": str(home / "blobs"),
+        "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
+        "PIPELINES_DAGSTER_URL": f"http://127.0.0.1:{ui_port}",
+    }
+    processes = []
+    with WebServer() as site:
+        try:
+            processes.append(_start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env,
+                                    home / "daemon.log"))
+            processes.append(_start([str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
+                                     "-p", str(ui_port)], env, home / "webserver.log"))
+            processes.append(_start([str(BIN / "pipelines-dagster"), "api", "--port", str(api_port)], env,
+                                    home / "api.log"))
+            deadline = time.monotonic() + 120
+            ui, api = f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{api_port}"
+            while not (_answers(f"{ui}/server_info") and _answers(f"{api}/openapi.json")):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                    logs = {log.name: log.read_text(errors="replace")[-2000:] for log in home.glob("*.log")}
+                    pytest.fail(f"the deployment did not come up: {json.dumps(logs, indent=1)}", pytrace=False)
+                time.sleep(0.5)
+            os.environ["DAGSTER_PG_URL"] = dagster_url
+            instance = dg.DagsterInstance.from_config(str(home))
+            yield Deployment(instance=instance, engine=engine, env=env, ui_url=ui, api_url=api, site=site)
+            instance.dispose()
+        finally:
+            for process in processes:
+                _stop(process)
+            os.environ.pop("DAGSTER_PG_URL", None)
+            engine.dispose()
+            with admin.connect() as conn:
+                for name in names.values():
+                    conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.dispose()
+
+
+def test_a_cron_pipeline_gets_a_scheduled_run_that_succeeds(deployment: Deployment):
+    _, pipeline_id = deployment.pipeline("cron", cron="* * * * *", timezone="UTC")
+    run = deployment.finished_run(pipeline_id, "scheduled", timeout=150)
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert run.tags["scheduled_for"] and run.tags["dagster/partition"] == str(pipeline_id)
+
+
+def test_a_signed_webhook_starts_one_run_and_a_bad_signature_none(deployment: Deployment):
+    workspace_id, pipeline_id = deployment.pipeline("hook")
+    with transaction(deployment.sessions) as session:
+        token = create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id).token
+    endpoint = f"{deployment.api_url}/webhooks/{token}"
+    body = json.dumps({"ref": "refs/heads/main"}).encode()
+    bad = httpx.post(endpoint, content=body, headers={"X-Hub-Signature-256": sign(body, "wrong-secret")})
+    assert bad.status_code == 401
+    headers = {"X-Hub-Signature-256": sign(body, token), "X-Delivery-Id": "delivery-1",
+               "Content-Type": "application/json"}
+    assert httpx.post(endpoint, content=body, headers=headers).status_code == 202
+    run = deployment.finished_run(pipeline_id, "webhook", timeout=90)
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert httpx.post(endpoint, content=body, headers=headers).status_code == 200
+    # Two more sensor intervals: the redelivery and the bad delivery started nothing.
+    time.sleep(12)
+    assert len(deployment.runs(pipeline_id)) == 1
+
+
+def test_an_event_of_a_subscribed_type_starts_a_run(deployment: Deployment):
+    workspace_id, pipeline_id = deployment.pipeline("event")
+    with transaction(deployment.sessions) as session:
+        create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id,
+                             event_type="refresh.requested")
+        token = catalog.issue_api_token(session, workspace_id)
+    answer = httpx.post(f"{deployment.api_url}/workspaces/{workspace_id}/events",
+                        json={"event_type": "refresh.requested", "payload": {"reason": "stale answer"}},
+                        headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 202, answer.text
+    run = deployment.finished_run(pipeline_id, "event", timeout=90)
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert run.tags["event_id"] == str(answer.json()["event_id"])
+
+
+def test_the_cli_manual_run_starts_within_ten_seconds(deployment: Deployment):
+    workspace_id, pipeline_id = deployment.pipeline("manual")
+    started = time.monotonic()
+    done = subprocess.run([str(BIN / "pipelines-dagster"), "pipeline", "run", "--workspace", str(workspace_id),
+                           str(pipeline_id), "--json"], env=deployment.env, capture_output=True, text=True,
+                          timeout=60, cwd=REPO_DIR)
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+
+    def begun() -> bool:
+        run = deployment.instance.get_run_by_id(run_id)
+        return run is not None and run.status not in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED)
+
+    deployment.wait_for("the manual run to start", begun, timeout=10 - (time.monotonic() - started))
+    run = deployment.finished_run(pipeline_id, "manual", timeout=90)
+    assert run.status == dg.DagsterRunStatus.SUCCESS and run.run_id == run_id

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+from sqlalchemy.orm import Session, sessionmaker
 
+from pipelines_dagster.core.page_changes import ChangeStatus, PageChangeView, list_changes
 from pipelines_dagster.history import MAX_LIMIT, PipelineRunView, RunHistory
 
 FINISHED_FORMAT = "%Y-%m-%d %H:%M UTC"
@@ -111,3 +113,57 @@ def _count(values: list[int | None], noun: str) -> str:
         return f"no {noun}s"
     total = sum(known)
     return f"{total} {noun}" if total == 1 else f"{total} {noun}s"
+
+
+class PageChangesArguments(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, title="get_page_changes")
+
+    pipeline_id: int | None = pydantic.Field(
+        default=None, description="Only this pipeline's pages; omit or null for every pipeline of the workspace."
+    )
+    status: ChangeStatus | None = pydantic.Field(
+        default=None, description="Only pages that were new, changed or removed; omit for all three."
+    )
+    limit: int = pydantic.Field(default=20, ge=1, le=MAX_LIMIT, description="How many changes, newest first.")
+
+
+def build_page_change_tools(*, workspace_id: int | None, sessions: sessionmaker[Session]) -> list[AgentTool]:
+    """The page-change timeline tool for a conversation in `workspace_id`; none outside a workspace."""
+    if workspace_id is None:
+        return []
+
+    def get_page_changes(arguments: PageChangesArguments) -> str:
+        with sessions() as session:
+            changes, _ = list_changes(
+                session, workspace_id=workspace_id, pipeline_id=arguments.pipeline_id, status=arguments.status,
+                limit=arguments.limit,
+            )
+        return render_changes(changes)
+
+    return [
+        AgentTool(
+            name="get_page_changes",
+            description=(
+                "Pages of this workspace's pipelines that were new, changed or removed in recent crawls, "
+                "newest first, one line each: observed • status • URL • pipeline (and the size of a change)."
+            ),
+            arguments=PageChangesArguments,
+            handler=get_page_changes,
+        )
+    ]
+
+
+def render_changes(changes: list[PageChangeView]) -> str:
+    if not changes:
+        return "No page changes recorded."
+    return "\n".join(_render_change(change) for change in changes)
+
+
+def _render_change(change: PageChangeView) -> str:
+    parts = [change.observed_at.strftime(FINISHED_FORMAT), change.status, change.url, f"pipeline {change.pipeline_id}"]
+    if change.diff:
+        lines = change.diff.splitlines()[2:]
+        added = sum(line.startswith("+") for line in lines)
+        removed = sum(line.startswith("-") for line in lines)
+        parts.append(f"+{added} -{removed} lines")
+    return " • ".join(parts)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dagster as dg
 
 from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.assets.checks import asset_checks
 from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources import build_resources
+from pipelines_dagster.schedules import build_maintenance_schedule, maintenance
 from pipelines_dagster.sensors.events import pipeline_events
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from pipelines_dagster.sensors.run_status import lock_release_sensors
@@ -19,8 +22,10 @@ from pipelines_dagster.settings import load_settings
 # with the SettingsError that names it, not the first run that touches a resource.
 settings = load_settings()
 defs = dg.Definitions(
-    assets=[crawl_results, kb_documents],
-    jobs=[pipeline_run],
+    assets=[crawl_results, kb_documents, page_changes],
+    asset_checks=asset_checks,
+    jobs=[pipeline_run, maintenance],
+    schedules=[build_maintenance_schedule(retention_days=settings.retention_days)],
     sensors=[
         build_schedule_sensor(batch_size=settings.schedule_batch_size),
         pipeline_webhooks,

@@ -1,19 +1,20 @@
-"""Jobs: `pipeline_run` crawls a pipeline's partition and, when it saves to the KB, indexes it."""
+"""Jobs: `pipeline_run` crawls a pipeline's partition, records its page changes and, for KB pipelines, indexes it."""
 
 import dagster as dg
 
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.partitions import partition_key
 
 TRIGGERS = ("manual", "scheduled", "webhook", "event", "connector")
 
 pipeline_run = dg.define_asset_job(
     "pipeline_run",
-    selection=[crawl_results, kb_documents],
+    selection=[crawl_results, kb_documents, page_changes],
     # Launches from the UI carry no trigger of their own; every other launcher sets one.
     tags={"trigger": "manual"},
-    description="Crawl one pipeline's URLs and, for KB pipelines, save the pages as documents.",
+    description="Crawl one pipeline's URLs, record what changed and, for KB pipelines, save the pages as documents.",
 )
 
 

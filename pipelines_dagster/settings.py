@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     billing_enabled: bool = False
     micros_per_crawl: int = Field(default=1000, ge=0)
     schedule_batch_size: int = Field(default=500, ge=1, description="Due triggers claimed per batch.")
+    retention_days: int = Field(
+        default=30, ge=1, description="Crawl blobs and webhook deliveries older than this are deleted daily."
+    )
     crawler_allow_private_networks: bool = False
     crawler_allowed_networks: str = Field(
         default="",

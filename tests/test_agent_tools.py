@@ -1,11 +1,15 @@
-"""The chat agent's run-history tool, over real runs: scoped to its workspace when built, answering in text."""
+"""The chat agent's run-history and page-change tools, over real runs: scoped to its workspace when built, answering in text."""
 
 from __future__ import annotations
 
 import json
 
-from pipelines_dagster.agent_tools import build_pipeline_run_tools
+from pipelines_dagster.agent_tools import build_page_change_tools, build_pipeline_run_tools
+from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.page_changes import page_changes
 from tests.assets.conftest import Stack, embedded, web  # noqa: F401
+from tests.support.web import page
 from tests.test_history import history, rename
 
 
@@ -68,3 +72,28 @@ def test_bad_arguments_come_back_as_text(embedded: Stack):
     assert "limit: Input should be less than or equal to 100" in tool(limit=101)
     assert "pipeline_id: Input should be a valid integer" in tool(pipeline_id="7")
     assert tool() == "No pipeline runs yet."
+
+
+def test_page_changes_tool_is_scoped_to_its_workspace(embedded: Stack):
+    assets = [crawl_results, kb_documents, page_changes]
+    urls = embedded.site(2)
+    ours, docs = embedded.pipeline(urls)
+    theirs, their_pipeline = embedded.pipeline(embedded.site(1, prefix="/q"))
+    embedded.run(docs, ours, assets=assets)
+    embedded.web.route("/p1", page("Page 1", "Rewritten."))
+    embedded.run(docs, ours, assets=assets)
+    embedded.run(their_pipeline, theirs, assets=assets)
+    assert build_page_change_tools(workspace_id=None, sessions=embedded.sessions) == []
+    [tool] = build_page_change_tools(workspace_id=ours, sessions=embedded.sessions)
+    assert tool.spec()["function"]["name"] == "get_page_changes"
+    assert set(tool.parameters["properties"]) == {"pipeline_id", "status", "limit"}
+
+    lines = tool().splitlines()
+    assert len(lines) == 3 and all(f"pipeline {docs}" in line for line in lines)
+    assert lines[0].split(" • ")[1:] == ["changed", urls[1], f"pipeline {docs}", "+1 -2 lines"]
+    assert tool(status="new", limit=1).splitlines() == lines[1:2]
+    assert tool(pipeline_id=their_pipeline) == "No page changes recorded."
+    [their_tool] = build_page_change_tools(workspace_id=theirs, sessions=embedded.sessions)
+    assert "/q0" in their_tool() and str(urls[0]) not in their_tool()
+    assert tool(status="same").startswith("Invalid arguments for get_page_changes: status:")
+    assert "limit is not an argument" not in tool(limit="5") and tool(limit="5").startswith("Invalid arguments")

@@ -15,6 +15,7 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.core import catalog
 from pipelines_dagster.history import RUN_STATUS, RunHistory
 from pipelines_dagster.jobs import pipeline_run, run_tags
@@ -46,7 +47,7 @@ def add_pipeline(stack: Stack, workspace_id: int, urls: list[str], *, name: str,
 def unlaunched_run(stack: Stack, workspace_id: int, pipeline_id: int, status: dg.DagsterRunStatus) -> dg.DagsterRun:
     """A `pipeline_run` run as the webserver creates it for the code location, before any worker picks it up."""
     job = dg.Definitions(
-        assets=[crawl_results, kb_documents], jobs=[pipeline_run], resources=stack.resources()
+        assets=[crawl_results, kb_documents, page_changes], jobs=[pipeline_run], resources=stack.resources()
     ).resolve_job_def(pipeline_run.name)
     tags = {**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="webhook"),
             PARTITION_TAG: str(pipeline_id)}

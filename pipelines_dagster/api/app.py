@@ -10,7 +10,7 @@ from importlib.metadata import version
 import dagster as dg
 from fastapi import FastAPI
 
-from pipelines_dagster.api import pipelines, runs, triggers
+from pipelines_dagster.api import changes, pipelines, runs, triggers
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
@@ -85,6 +85,6 @@ def create_app(
         launcher=launcher or GraphQLLauncher(),
     )
     install_error_handlers(app)
-    for router in (pipelines.router, runs.router, triggers.router, triggers.webhooks):
+    for router in (pipelines.router, runs.router, changes.router, triggers.router, triggers.webhooks):
         app.include_router(router)
     return app

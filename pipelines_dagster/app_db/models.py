@@ -85,6 +85,12 @@ class DocumentState(enum.StrEnum):
     FAILED = "failed"
 
 
+class PageChangeStatus(enum.StrEnum):
+    NEW = "new"
+    CHANGED = "changed"
+    REMOVED = "removed"
+
+
 class LedgerKind(enum.StrEnum):
     GRANT = "grant"
     CHARGE = "charge"
@@ -274,6 +280,53 @@ class Document(Base):
     status_reason: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class PageChange(Base):
+    """Append-only timeline of a pipeline's pages: one row per page that appeared, changed or went away."""
+
+    __tablename__ = "page_changes"
+    __table_args__ = (
+        _enum_check("status", PageChangeStatus),
+        sa.Index("ix_page_changes_pipeline_id_id", "pipeline_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    pipeline_id: Mapped[int] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(sa.Text)
+    document_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("documents.id", ondelete="SET NULL"), index=True
+    )
+    # The crawl_results run whose blob was compared.
+    run_id: Mapped[str] = mapped_column(sa.String(64))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    previous_hash: Mapped[str | None] = mapped_column(sa.String(64))
+    current_hash: Mapped[str | None] = mapped_column(sa.String(64))
+    diff: Mapped[str | None] = mapped_column(sa.Text)
+    observed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PageState(Base):
+    """The last good observation of each page of a pipeline: what the next crawl is compared with."""
+
+    __tablename__ = "page_states"
+    __table_args__ = (sa.UniqueConstraint("pipeline_id", "url_hash"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    pipeline_id: Mapped[int] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(sa.Text)
+    # sha256 of the URL: a unique index over unbounded text would hit PostgreSQL's btree row limit.
+    url_hash: Mapped[str] = mapped_column(sa.String(64))
+    # NULL once the page is removed; a later success makes it new again.
+    content_hash: Mapped[str | None] = mapped_column(sa.String(64))
+    # Normalized markdown of the last good crawl, kept so a change can be shown as a diff.
+    content: Mapped[str | None] = mapped_column(sa.Text)
+    # The crawl run this row last took part in; a re-run over the same crawl appends nothing.
+    run_id: Mapped[str] = mapped_column(sa.String(64))
+    last_checked_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_changed_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class CreditAccount(Base):

@@ -5,10 +5,8 @@ without crawling or charging. Pipelines that keep only the raw crawl skip it.
 """
 
 import dagster as dg
-import sqlalchemy as sa
 
-from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.assets.crawl_results import crawl_results, latest_crawl_blob
+from pipelines_dagster.assets.crawl_results import crawl_results, partition_pipeline, stored_crawl
 from pipelines_dagster.core.kb_index import Destination, index_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -26,21 +24,11 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 def kb_documents(
     context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
 ):
-    pipeline_id = int(context.partition_key)
-    with app_db.sessions() as session:
-        pipeline = session.scalar(sa.select(Pipeline).where(Pipeline.id == pipeline_id))
-    if pipeline is None:
-        raise dg.Failure(f"pipeline {pipeline_id} does not exist", allow_retries=False)
+    pipeline = partition_pipeline(app_db, context.partition_key)
     if not pipeline.save_to_kb:
-        context.log.info(f"pipeline {pipeline_id} keeps the raw crawl only; no documents to write")
+        context.log.info(f"pipeline {pipeline.id} keeps the raw crawl only; no documents to write")
         return
-    latest = latest_crawl_blob(context.instance, context.partition_key)
-    if latest is None:
-        raise dg.Failure(
-            f"pipeline {pipeline_id} has no stored crawl yet; materialize crawl_results first",
-            allow_retries=False,
-        )
-    blob_key, crawl_run_id = latest
+    blob_key, crawl_run_id = stored_crawl(context.instance, context.partition_key)
     store = blob_store.store()
     destination = Destination(
         workspace_id=pipeline.workspace_id,

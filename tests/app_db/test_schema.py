@@ -22,6 +22,8 @@ from pipelines_dagster.app_db.models import (
     Document,
     DomainEvent,
     Folder,
+    PageChange,
+    PageState,
     Pipeline,
     PipelineTrigger,
     TokenUsage,
@@ -157,11 +159,15 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
                      unique_identifier_hash=uuid.uuid4().hex),
             TokenUsage(workspace_id=ws, user_id="user-1", usage_type="web_crawl", cost_micros=1,
                        ledger_entry_id=entry.id),
+            PageChange(workspace_id=ws, pipeline_id=pipeline.id, url="https://example.com", run_id="r",
+                       status="new", current_hash="h"),
+            PageState(workspace_id=ws, pipeline_id=pipeline.id, url="https://example.com", url_hash="u",
+                      content_hash="h", run_id="r"),
         ])
     with transaction(sessions) as session:
         session.execute(sa.delete(Workspace).where(Workspace.id == ws))
     owned = [ApiToken, Folder, Connector, Pipeline, PipelineTrigger, WebhookDelivery, DomainEvent, Document,
-             CreditAccount, TokenUsage]
+             CreditAccount, TokenUsage, PageChange, PageState]
     with sessions() as session:
         for model in owned:
             left = session.scalar(sa.select(sa.func.count()).select_from(model).where(model.workspace_id == ws))

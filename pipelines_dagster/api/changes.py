@@ -1,0 +1,71 @@
+"""A pipeline's page-change timeline: which pages were new, changed or removed, newest first."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, Field
+from pydantic.json_schema import SkipJsonSchema
+
+from pipelines_dagster.api.auth import WorkspaceId
+from pipelines_dagster.api.deps import Api
+from pipelines_dagster.api.errors import responses
+from pipelines_dagster.api.pipelines import PipelineId
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.page_changes import MAX_LIMIT, ChangeStatus, PageChangeView, list_changes
+
+router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])
+
+def _iso_text(value: object) -> object:
+    # Pydantic would also read a bare number as a Unix time; the documented format is ISO 8601 only.
+    if isinstance(value, str) and not re.match(r"\d{4}-", value):
+        raise ValueError("must be an ISO 8601 time such as 2026-12-01T09:00:00Z")
+    return value
+
+
+def _in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC; give a time between years 1 and 9999") from None
+
+
+class PageChangeOut(PageChangeView):
+    # The route names its pipeline already.
+    pipeline_id: SkipJsonSchema[int] = Field(exclude=True)
+
+
+class PageChangePage(BaseModel):
+    changes: list[PageChangeOut]
+    next_cursor: str | None
+
+
+@router.get("/{pipeline_id}/changes", responses=responses(401, 404, 422, 503))
+def list_page_changes(
+    workspace_id: WorkspaceId,
+    pipeline_id: PipelineId,
+    api: Api,
+    status: Annotated[ChangeStatus | None, Query(description="Only changes of this kind.")] = None,
+    since: Annotated[
+        AwareDatetime | None,
+        BeforeValidator(_iso_text),
+        AfterValidator(_in_utc),
+        Query(description="Only changes observed at or after this time, with its UTC offset."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes per page.")] = 20,
+    cursor: Annotated[
+        str | None, Query(pattern=r"^[0-9]{1,18}$", description="`next_cursor` of the previous page.")
+    ] = None,
+) -> PageChangePage:
+    """The pipeline's page changes, newest first; a changed page carries a unified diff (capped at 64 KiB)."""
+    with api.sessions() as session:
+        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        rows, next_id = list_changes(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, status=status, since=since,
+            before_id=int(cursor) if cursor else None, limit=limit,
+        )
+    return PageChangePage(changes=[PageChangeOut.model_validate(row, from_attributes=True) for row in rows],
+                          next_cursor=str(next_id) if next_id is not None else None)

@@ -1,0 +1,132 @@
+"""Data-quality checks shown in the Dagster UI next to each pipeline partition; they read, never write."""
+
+import json
+
+import dagster as dg
+import pydantic
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
+from pipelines_dagster.assets.crawl_results import CRAWL_RESULTS, crawl_results
+from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.core.blob import BlobNotFoundError
+from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.blob_store import BlobStoreResource
+
+# A pipeline may set its own threshold in its config, e.g. {"MIN_SUCCESS_RATIO": 0.95}.
+THRESHOLD_KEY = "MIN_SUCCESS_RATIO"
+MAX_LISTED = 20
+
+
+class SuccessRatioConfig(dg.Config):
+    min_success_ratio: float = pydantic.Field(
+        default=0.8, ge=0, le=1, description=f"Threshold for pipelines whose config sets no {THRESHOLD_KEY}."
+    )
+
+
+def _latest_crawl(instance: dg.DagsterInstance, partition_key: str) -> dict | None:
+    """The metadata of the partition's newest crawl_results materialization."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=CRAWL_RESULTS, asset_partitions=[partition_key]), limit=1
+    ).records
+    materialization = records[0].asset_materialization if records else None
+    return {key: value.value for key, value in materialization.metadata.items()} if materialization else None
+
+
+def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        passed=False, severity=severity,
+        description=f"pipeline {partition_key} has no stored crawl; materialize crawl_results first",
+    )
+
+
+@dg.asset_check(
+    asset=crawl_results, partitions_def=pipelines_partitions,
+    description="At least the pipeline's share of URLs (default 80%) crawled successfully.",
+)
+def crawl_success_ratio(
+    context: dg.AssetCheckExecutionContext, config: SuccessRatioConfig, app_db: AppDatabaseResource
+) -> dg.AssetCheckResult:
+    crawl = _latest_crawl(context.instance, context.partition_key)
+    if crawl is None:
+        return _no_crawl(context.partition_key, dg.AssetCheckSeverity.WARN)
+    with app_db.sessions() as session:
+        pipeline = session.get(Pipeline, int(context.partition_key))
+    threshold = float((pipeline.config if pipeline else {}).get(THRESHOLD_KEY, config.min_success_ratio))
+    attempted, succeeded = crawl["urls_attempted"], crawl["urls_succeeded"]
+    ratio = succeeded / attempted if attempted else 0.0
+    return dg.AssetCheckResult(
+        passed=ratio >= threshold,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"{succeeded} of {attempted} URLs succeeded ({ratio:.0%}); the threshold is {threshold:.0%}",
+        metadata={"success_ratio": round(ratio, 4), "threshold": threshold, "urls_attempted": attempted},
+    )
+
+
+@dg.asset_check(
+    asset=crawl_results, partitions_def=pipelines_partitions,
+    description="The newest crawl's blob exists and every line of it is a JSON record.",
+)
+def crawl_blob_readable(
+    context: dg.AssetCheckExecutionContext, blob_store: BlobStoreResource
+) -> dg.AssetCheckResult:
+    crawl = _latest_crawl(context.instance, context.partition_key)
+    if crawl is None or not crawl.get("blob_key"):
+        return _no_crawl(context.partition_key, dg.AssetCheckSeverity.ERROR)
+    blob_key = crawl["blob_key"]
+    try:
+        records = sum(1 for _ in blob_store.store().read_jsonl(blob_key))
+    except BlobNotFoundError:
+        problem = "is missing from the blob store; re-run crawl_results to store a new crawl"
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        problem = f"is not valid JSON Lines ({exc}); re-run crawl_results to replace it"
+    else:
+        expected = crawl["urls_attempted"]
+        problem = None if records == expected else f"holds {records} records, the crawl attempted {expected} URLs"
+    return dg.AssetCheckResult(
+        passed=problem is None,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{blob_key} {problem}" if problem else f"{blob_key} holds {records} records",
+        metadata={"blob_key": blob_key},
+    )
+
+
+def _blank(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+    """NULL or only whitespace; trim() strips spaces alone on SQLite and PostgreSQL, so the rest become spaces."""
+    text = sa.func.coalesce(column, "")
+    for whitespace in ("\n", "\r", "\t"):
+        text = sa.func.replace(text, whitespace, " ")
+    return sa.func.trim(text) == ""
+
+
+@dg.asset_check(
+    asset=kb_documents, partitions_def=pipelines_partitions,
+    description="Every ready document of the pipeline has non-empty content.",
+)
+def kb_documents_have_content(
+    context: dg.AssetCheckExecutionContext, app_db: AppDatabaseResource
+) -> dg.AssetCheckResult:
+    with app_db.sessions() as session:
+        ready = (Document.pipeline_id == int(context.partition_key)) & (
+            Document.status_state == DocumentState.READY.value
+        )
+        total = session.scalar(sa.select(sa.func.count()).select_from(Document).where(ready))
+        empty = list(session.scalars(
+            sa.select(Document.url).where(ready, _blank(Document.content))
+            .order_by(Document.id)
+        ))
+    return dg.AssetCheckResult(
+        passed=not empty,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=(f"{len(empty)} of {total} ready documents have no content" if empty
+                     else f"all {total} ready documents have content"),
+        metadata={
+            "documents_ready": total,
+            "documents_empty": len(empty),
+            "empty_urls": dg.MetadataValue.md("\n".join(f"- {url}" for url in empty[:MAX_LISTED]) or "none"),
+        },
+    )
+
+
+asset_checks = [crawl_success_ratio, crawl_blob_readable, kb_documents_have_content]

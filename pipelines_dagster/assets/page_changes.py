@@ -1,0 +1,51 @@
+"""`page_changes[pipeline]`: the partition's latest stored crawl compared page by page with the last good one.
+
+Appends new, changed and removed pages to the app DB's timeline; reads the blob, never the web.
+"""
+
+import dagster as dg
+
+from pipelines_dagster.assets.crawl_results import crawl_results, partition_pipeline, stored_crawl
+from pipelines_dagster.core.page_changes import ChangeCounts, record_changes
+from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.blob_store import BlobStoreResource
+
+# The UI renders metadata inline; a crawl of thousands of pages lists its first changes only.
+MAX_LISTED_CHANGES = 50
+
+
+def _changes_table(counts: ChangeCounts) -> str:
+    if not counts.changes:
+        return "none"
+    rows = [f"| {url.replace('|', '%7C')} | {status} |" for url, status in counts.changes[:MAX_LISTED_CHANGES]]
+    more = len(counts.changes) - MAX_LISTED_CHANGES
+    return "\n".join(["| URL | change |", "|---|---|", *rows, *([f"\n{more} more"] if more > 0 else [])])
+
+
+@dg.asset(partitions_def=pipelines_partitions, deps=[crawl_results], kinds={"python"}, description=__doc__)
+def page_changes(
+    context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
+) -> dg.MaterializeResult:
+    pipeline = partition_pipeline(app_db, context.partition_key)
+    blob_key, crawl_run_id = stored_crawl(context.instance, context.partition_key)
+    counts = record_changes(
+        app_db.sessions,
+        workspace_id=pipeline.workspace_id,
+        pipeline_id=pipeline.id,
+        run_id=crawl_run_id,
+        records=blob_store.store().read_jsonl(blob_key),
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "pages_new": counts.new,
+            "pages_changed": counts.changed,
+            "pages_same": counts.same,
+            "pages_removed": counts.removed,
+            "pages_skipped": counts.skipped,
+            "pages_already_recorded": counts.already_recorded,
+            "changes": dg.MetadataValue.md(_changes_table(counts)),
+            "source_blob_key": blob_key,
+            "source_crawl_run_id": crawl_run_id,
+        }
+    )

@@ -1,0 +1,143 @@
+"""Retention: old crawl blobs go, each pipeline's latest stays; old webhook deliveries go."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, WebhookDelivery
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.blob import LocalBlobStore, S3BlobStore, run_result_key
+from pipelines_dagster.core.retention import apply_retention, cutoff, prune_crawl_blobs, prune_webhook_deliveries
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.schedules import RetentionConfig, build_maintenance_schedule, maintenance
+from tests.assets.conftest import embedded, materialization, web  # noqa: F401  (fixtures)
+
+NOW = datetime.now(UTC)
+
+
+def write(store, workspace_id: int, pipeline_id: int, run_id: str) -> str:
+    key = run_result_key(workspace_id=workspace_id, pipeline_id=pipeline_id, run_id=run_id)
+    store.write_jsonl(key, [{"url": "https://x.test/", "status": "success"}])
+    return key
+
+
+def age(root: Path, key: str, days: float) -> None:
+    stamp = (NOW - timedelta(days=days)).timestamp()
+    os.utime(root / key, (stamp, stamp))
+
+
+def test_old_blobs_are_deleted_and_each_pipelines_latest_kept(tmp_path):
+    root = tmp_path / "blobs"
+    store = LocalBlobStore(root)
+    ages = {("1", "10", "old-a"): 90, ("1", "10", "old-b"): 40, ("1", "10", "new"): 2,
+            ("1", "11", "only"): 400, ("2", "20", "old"): 60, ("2", "20", "latest-but-old"): 31,
+            ("2", "21", "recent-a"): 5, ("2", "21", "recent-b"): 1}
+    keys = {}
+    for (ws, pipeline, run), days in ages.items():
+        keys[run, pipeline] = write(store, int(ws), int(pipeline), run)
+        age(root, keys[run, pipeline], days)
+    store.write_stream("pipeline_runs/elsewhere.txt", [b"not a run result"])
+    deleted, kept = prune_crawl_blobs(store, older_than=cutoff(NOW, 30))
+    assert sorted(deleted) == sorted([keys["old-a", "10"], keys["old-b", "10"], keys["old", "20"]])
+    assert kept == 5
+    left = {blob.key for blob in store.list("pipeline_runs/")}
+    assert left == {keys["new", "10"], keys["only", "11"], keys["latest-but-old", "20"], keys["recent-a", "21"],
+                    keys["recent-b", "21"], "pipeline_runs/elsewhere.txt"}
+
+
+def test_a_key_the_event_log_names_as_latest_is_kept_whatever_its_age(tmp_path):
+    root = tmp_path / "blobs"
+    store = LocalBlobStore(root)
+    named, newer = write(store, 1, 10, "named"), write(store, 1, 10, "newer")
+    age(root, named, 50)
+    age(root, newer, 45)
+    assert prune_crawl_blobs(store, older_than=cutoff(NOW, 30), keep={named}) == ([], 2)
+
+
+def test_on_s3_the_older_blob_goes_and_the_latest_stays(s3_bucket, s3_endpoint_url):
+    store = S3BlobStore(s3_bucket, "retention", endpoint_url=s3_endpoint_url)
+    old = write(store, 1, 10, "old")
+    time.sleep(1.1)  # S3 stamps whole seconds
+    new = write(store, 1, 10, "new")
+    deleted, kept = prune_crawl_blobs(store, older_than=datetime.now(UTC) + timedelta(days=1))
+    assert (deleted, kept) == ([old], 1)
+    assert [blob.key for blob in store.list("pipeline_runs/")] == [new]
+
+
+def test_retention_is_at_least_a_day():
+    with pytest.raises(ValueError, match="at least 1 day"):
+        cutoff(NOW, 0)
+
+
+@pytest.fixture
+def trigger(sessions) -> tuple[int, int]:
+    with transaction(sessions) as session:
+        workspace = catalog.create_workspace(session, name="acme", owner_user_id="owner").workspace
+        pipeline = Pipeline(workspace_id=workspace.id, name="p")
+        session.add(pipeline)
+        session.flush()
+        made = PipelineTrigger(workspace_id=workspace.id, pipeline_id=pipeline.id, kind="webhook")
+        session.add(made)
+        session.flush()
+        return workspace.id, made.id
+
+
+def test_old_webhook_deliveries_are_pruned(sessions, trigger):
+    workspace_id, trigger_id = trigger
+    with transaction(sessions) as session:
+        for n, days in enumerate([45, 31, 29, 0]):
+            session.add(WebhookDelivery(workspace_id=workspace_id, trigger_id=trigger_id, dedupe_key=f"d{n}",
+                                        payload=b"{}", received_at=NOW - timedelta(days=days)))
+    # The PostgreSQL database is shared by the session's tests: other workspaces' deliveries count too.
+    assert prune_webhook_deliveries(sessions, older_than=cutoff(NOW, 30)) >= 2
+    with sessions() as session:
+        left = session.scalars(sa.select(WebhookDelivery.dedupe_key).where(WebhookDelivery.trigger_id == trigger_id))
+        assert sorted(left) == ["d2", "d3"]
+
+
+def test_apply_retention_reports_both(sessions, trigger, tmp_path):
+    workspace_id, trigger_id = trigger
+    root = tmp_path / "blobs"
+    store = LocalBlobStore(root)
+    old, latest = write(store, 1, 10, "old"), write(store, 1, 10, "latest")
+    age(root, old, 10)
+    age(root, latest, 9)
+    with transaction(sessions) as session:
+        session.add(WebhookDelivery(workspace_id=workspace_id, trigger_id=trigger_id, dedupe_key="d",
+                                    payload=b"{}", received_at=NOW - timedelta(days=8)))
+    report = apply_retention(store, sessions, now=NOW, days=7)
+    assert (report.blobs_deleted, report.blobs_kept) == ([old], 1) and report.deliveries_deleted >= 1
+    with sessions() as session:
+        assert session.scalar(sa.select(WebhookDelivery.id).where(WebhookDelivery.trigger_id == trigger_id)) is None
+
+
+def test_the_daily_maintenance_job_keeps_the_latest_crawl(embedded, tmp_path):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    crawls = [embedded.run(pipeline_id, workspace_id) for _ in range(3)]
+    keys = [materialization(crawl, "crawl_results")["blob_key"] for crawl in crawls]
+    root = Path(embedded.blob_store.root)
+    # The latest crawl's blob looks older than the one before: only the event log says it is the latest.
+    for key, days in zip(keys, [60, 40, 50], strict=True):
+        age(root, key, days)
+    result = maintenance.execute_in_process(
+        instance=embedded.instance,
+        resources={"app_db": AppDatabaseResource(url=embedded.url), "blob_store": embedded.blob_store},
+        run_config=dg.RunConfig(ops={"apply_retention_op": RetentionConfig(retention_days=30)}),
+    )
+    assert result.success
+    assert {blob.key for blob in embedded.blob.list("pipeline_runs/")} == {keys[1], keys[2]}
+
+
+def test_the_maintenance_schedule_runs_daily_by_default():
+    schedule = build_maintenance_schedule(retention_days=7)
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert schedule.cron_schedule == "17 3 * * *" and schedule.job is maintenance
+    assert "older than 7 days" in schedule.description

@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -127,15 +128,17 @@ class CrawlOutcome:
 class Crawler:
     """Crawls URLs into outcomes.
 
-    Extraction runs in a process pool created on first use and kept for later crawls until close().
-    Its workers start by forkserver (or spawn), which imports the main module again: a script that
-    crawls needs the usual `if __name__ == "__main__":` guard.
+    Extraction runs in a process pool, started as soon as a crawl meets a page it has no previous
+    fetch of, and kept for later crawls until close(). Its workers start by forkserver (or spawn),
+    which imports the main module again: a script that crawls needs the usual
+    `if __name__ == "__main__":` guard.
     """
 
     def __init__(self, config: CrawlerConfig, *, resolver: Resolver | None = None) -> None:
         self.config = config
         self._resolver = resolver
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     async def crawl(
         self, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch] | None = None
@@ -146,6 +149,9 @@ class Crawler:
         """
         config = self.config
         known = previous or {}
+        extraction = _Extraction(self)
+        if not known:
+            extraction.start()  # nothing was crawled before: every page will need extracting
         guard = AddressGuard(config.network, resolver=self._resolver)
         limits = httpx.Limits(
             max_connections=config.global_concurrency, max_keepalive_connections=config.global_concurrency
@@ -156,19 +162,26 @@ class Crawler:
             timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
             follow_redirects=False,  # each hop is checked by _CrawlRun before it is requested
         ) as client:
-            run = _CrawlRun(config, guard=guard, client=client, extract=self._extract)
+            run = _CrawlRun(config, guard=guard, client=client, extract=extraction)
             todo = _distinct(urls)
             window = _WINDOW_PER_SLOT * config.global_concurrency
             pending: set[asyncio.Task[CrawlOutcome]] = set()
+            # Tasks queue themselves here as they finish, so each outcome costs O(1) to collect.
+            finished: asyncio.Queue[asyncio.Task[CrawlOutcome]] = asyncio.Queue()
             try:
                 while True:
                     for url in itertools.islice(todo, window - len(pending)):
-                        pending.add(asyncio.create_task(run.crawl_url(url, known.get(url))))
+                        hint = known.get(url)
+                        if hint is None:
+                            extraction.start()  # a page not seen before will need extracting
+                        task = asyncio.create_task(run.crawl_url(url, hint))
+                        task.add_done_callback(finished.put_nowait)
+                        pending.add(task)
                     if not pending:
                         return
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    for task in done:
-                        yield task.result()
+                    task = await finished.get()
+                    pending.discard(task)
+                    yield task.result()
             finally:
                 for task in pending:
                     task.cancel()
@@ -201,20 +214,62 @@ class Crawler:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    async def _extract(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.config.extract_workers or _usable_cores(), mp_context=_worker_context()
-            )
-        pool = self._pool
+    def _start_pool(self) -> ProcessPoolExecutor:
+        """The extraction pool, started if need be. Blocks while a first worker process starts."""
+        with self._pool_lock:
+            if self._pool is None:
+                workers = self.config.extract_workers or _usable_cores()
+                pool = ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context())
+                # The pool spawns a worker for each job that finds none idle: a no-op job per
+                # worker starts them all here, rather than on the event loop as pages arrive.
+                for _ in range(workers):
+                    pool.submit(os.getpid)
+                self._pool = pool
+            return self._pool
+
+    def _discard_pool(self, pool: ProcessPoolExecutor) -> None:
+        # A dead worker (killed for memory, say) breaks the whole pool: replace it for the next page.
+        with self._pool_lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Extraction:
+    """One crawl's use of the crawler's extraction pool.
+
+    The pool starts in a thread: starting its first worker waits for the forkserver to import
+    the extraction code, and the event loop must keep fetching meanwhile.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self._crawler = crawler
+        self._started: asyncio.Future[ProcessPoolExecutor] | None = None
+
+    def start(self) -> None:
+        """Start the pool in the background, if this crawl has not already."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(asyncio.to_thread(self._crawler._start_pool))
+            # Retrieved here so a start that failed after the crawl ended is not reported as unhandled.
+            self._started.add_done_callback(lambda started: started.cancelled() or started.exception())
+
+    async def __call__(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
+        self.start()
+        assert self._started is not None
+        started = self._started
+        try:
+            pool = await asyncio.shield(started)
+        except Exception as exc:
+            if self._started is started:
+                self._started = None  # the next page tries again
+            raise _Failed(f"the text extraction workers could not start: {exc!r}") from None
         job = partial(extract_page, body, media_type=media_type, charset=charset, url=url)
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, job)
         except BrokenProcessPool:
-            # A dead worker (killed for memory, say) breaks the whole pool: replace it for the next page.
-            if self._pool is pool:
-                self._pool = None
-                pool.shutdown(wait=False, cancel_futures=True)
+            if self._started is started:
+                self._started = None
+            self._crawler._discard_pool(pool)
             raise _Failed("the text extraction worker died while extracting this page") from None
         except Exception as exc:
             raise _Failed(f"text extraction failed: {exc!r}") from None
@@ -335,7 +390,8 @@ class _CrawlRun:
         current = _checked_url(url)
         for _ in range(self._config.max_redirects + 1):
             progress.final_url = current
-            host = _host(current)
+            target = httpx.URL(current)  # parsed once per hop: host slot, robots origin and request
+            host = _host(target)
             try:
                 async with asyncio.timeout(self._config.connect_timeout):
                     await self._guard.addresses(host)
@@ -343,9 +399,11 @@ class _CrawlRun:
                 raise _Failed(str(exc)) from None
             except TimeoutError:
                 raise _Failed(f"resolving {host!r} timed out after {self._config.connect_timeout:g} s") from None
-            if obey_robots and self._config.obey_robots and not await self._robots_allow(current):
+            if obey_robots and self._config.obey_robots and not await self._robots_allow(current, target):
                 raise _Failed("disallowed by robots.txt")
-            response = await self._request(current, previous=previous, progress=progress, media_types=media_types)
+            response = await self._request(
+                target, host=host, previous=previous, progress=progress, media_types=media_types
+            )
             if response.status not in REDIRECT_STATUSES:
                 return response
             location = response.headers.get("location")
@@ -356,8 +414,9 @@ class _CrawlRun:
 
     async def _request(
         self,
-        url: str,
+        url: httpx.URL,
         *,
+        host: str,
         previous: PreviousFetch | None,
         progress: _Progress,
         media_types: frozenset[str] | None,
@@ -371,7 +430,9 @@ class _CrawlRun:
             progress.attempts = attempt
             retry_after: float | None = None
             try:
-                response = await self._send(url, headers=headers, media_types=media_types, progress=progress)
+                response = await self._send(
+                    url, host=host, headers=headers, media_types=media_types, progress=progress
+                )
             except AddressError as exc:
                 raise _Failed(str(exc)) from None
             except httpx.ConnectTimeout:
@@ -394,11 +455,19 @@ class _CrawlRun:
             await asyncio.sleep(min(backoff if retry_after is None else retry_after, config.max_retry_delay))
 
     async def _send(
-        self, url: str, *, headers: dict[str, str], media_types: frozenset[str] | None, progress: _Progress
+        self,
+        url: httpx.URL,
+        *,
+        host: str,
+        headers: dict[str, str],
+        media_types: frozenset[str] | None,
+        progress: _Progress,
     ) -> _Response:
         """One attempt. A 2xx body is read (checked for type and size) before the slots are freed."""
         config = self._config
-        host_slots = self._host_slots.setdefault(_host(url), asyncio.Semaphore(config.per_host_concurrency))
+        host_slots = self._host_slots.get(host)
+        if host_slots is None:
+            host_slots = self._host_slots[host] = asyncio.Semaphore(config.per_host_concurrency)
         # The host slot first: a request queued behind a busy host must not hold a global slot
         # that a request to an idle host could use.
         async with host_slots, self._global_slots, asyncio.timeout(config.total_timeout):
@@ -435,8 +504,7 @@ class _CrawlRun:
                     raw_hash=digest.hexdigest(),
                 )
 
-    async def _robots_allow(self, url: str) -> bool:
-        parts = httpx.URL(url)
+    async def _robots_allow(self, url: str, parts: httpx.URL) -> bool:
         origin = f"{parts.scheme}://{parts.netloc.decode('ascii')}"
         if origin not in self._robots:
             # One robots.txt request per origin even when many of its URLs start together.
@@ -503,9 +571,9 @@ def _checked_url(url: str) -> str:
         raise _Failed(exc.message) from None
 
 
-def _host(url: str) -> str:
+def _host(url: httpx.URL) -> str:
     # The ASCII (IDNA) form, the one httpcore hands the network backend, so both share guard answers.
-    return httpx.URL(url).raw_host.decode("ascii")
+    return url.raw_host.decode("ascii")
 
 
 def _distinct(urls: Iterable[str]) -> Iterator[str]:
@@ -524,5 +592,10 @@ def _usable_cores() -> int:
 
 def _worker_context() -> multiprocessing.context.BaseContext:
     # Not fork: forking a threaded parent (asyncio's resolver threads, Dagster's) can deadlock the child.
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    # The server imports trafilatura once and every worker forks with it loaded, instead of each
+    # worker importing it again. It applies when this process starts its forkserver.
+    context.set_forkserver_preload(["__main__", extract_page.__module__])
+    return context

@@ -7,7 +7,9 @@ addresses, so a DNS answer that changes between check and connect (rebinding) ca
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
@@ -186,6 +188,13 @@ class PinnedNetworkBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # httpx's default verifying context. Loading the CA bundle costs tens of milliseconds, a
+    # noticeable share of a crawl whose pages are all unchanged, and a context is reusable.
+    return httpx.create_ssl_context()
+
+
 class PinnedTransport(httpx.AsyncHTTPTransport):
     """httpx's default transport with every connection made through an AddressGuard.
 
@@ -193,11 +202,11 @@ class PinnedTransport(httpx.AsyncHTTPTransport):
     """
 
     def __init__(self, guard: AddressGuard, *, limits: httpx.Limits = httpx.Limits()) -> None:
-        super().__init__(limits=limits)
+        super().__init__(verify=_tls_context(), limits=limits)
         # httpx 0.28 cannot pass a network backend to its pool (encode/httpx#3749), so the pool it
         # built is replaced by one with the same settings on the pinned backend.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=_tls_context(),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,

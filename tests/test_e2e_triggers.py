@@ -28,6 +28,7 @@ from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, sign
 from tests.api.conftest import free_port
 from tests.support.web import WebServer, page
@@ -82,7 +83,9 @@ class Deployment:
                 session, self.instance, workspace_id=workspace.id, connector_id=connector.id, name=name,
                 schedule=catalog.ScheduleSpec(**schedule) if schedule else None,
             )
-            return workspace.id, pipeline.id
+            ids = workspace.id, pipeline.id
+        Billing(self.sessions, enabled=True, micros_per_crawl=1000).grant(ids[0], 1_000_000)
+        return ids
 
 
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -131,6 +134,7 @@ def deployment(postgres_url, tmp_path_factory) -> Iterator[Deployment]:
         "PIPELINES_DATABASE_URL": app_url,
         "PIPELINES_BLOB_STORE": str(home / "blobs"),
         "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
+        "PIPELINES_BILLING_ENABLED": "true",
         "PIPELINES_DAGSTER_URL": f"http://127.0.0.1:{ui_port}",
     }
     processes = []
@@ -221,3 +225,59 @@ def test_the_cli_manual_run_starts_within_ten_seconds(deployment: Deployment):
     deployment.wait_for("the manual run to start", begun, timeout=10 - (time.monotonic() - started))
     run = deployment.finished_run(pipeline_id, "manual", timeout=90)
     assert run.status == dg.DagsterRunStatus.SUCCESS and run.run_id == run_id
+
+
+BACKFILL = """mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
+
+
+def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(deployment: Deployment):
+    """A backfill as the UI launches it (GraphQL), run by the daemon over three partitions."""
+    from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry, Document
+
+    pipelines = [deployment.pipeline(f"backfill{n}") for n in range(3)]
+    for workspace_id, pipeline_id in pipelines:
+        done = subprocess.run([str(BIN / "pipelines-dagster"), "pipeline", "run", "--workspace", str(workspace_id),
+                               str(pipeline_id)], env=deployment.env, capture_output=True, text=True, timeout=60,
+                              cwd=REPO_DIR)
+        assert done.returncode == 0, done.stderr
+    for _, pipeline_id in pipelines:
+        assert deployment.finished_run(pipeline_id, "manual", timeout=120).status == dg.DagsterRunStatus.SUCCESS
+    workspace_ids = [workspace_id for workspace_id, _ in pipelines]
+    with transaction(deployment.sessions) as session:
+        session.execute(sa.delete(Document).where(Document.workspace_id.in_(workspace_ids)))
+    def page_requests() -> int:
+        # Only these pipelines' pages: the cron pipeline of another test keeps crawling its own.
+        return sum(1 for request in deployment.site.requests if request.path.startswith("/backfill"))
+
+    requests_before = page_requests()
+    # These workspaces' charges only: the cron pipeline of another test keeps being charged.
+    charges = (sa.select(sa.func.count()).select_from(CreditLedgerEntry).join(CreditAccount)
+               .where(CreditAccount.workspace_id.in_(workspace_ids), CreditLedgerEntry.kind == "charge"))
+    with deployment.sessions() as session:
+        ledger_before = session.scalar(charges)
+    params = {"assetSelection": [{"path": ["kb_documents"]}],
+              "partitionNames": [str(pipeline_id) for _, pipeline_id in pipelines]}
+    answer = httpx.post(f"{deployment.ui_url}/graphql", json={"query": BACKFILL, "variables": {"params": params}},
+                        timeout=30).json()["data"]["launchPartitionBackfill"]
+    assert answer["__typename"] == "LaunchBackfillSuccess", answer
+    backfill_id = answer["backfillId"]
+
+    def backfill_runs_done() -> list[dg.DagsterRun] | None:
+        runs = list(deployment.instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id})))
+        return runs if len(runs) == 3 and all(run.is_finished for run in runs) else None
+
+    runs = deployment.wait_for("the backfill's three runs", backfill_runs_done, timeout=180)
+    assert {run.status for run in runs} == {dg.DagsterRunStatus.SUCCESS}
+    assert requests_before == 9 and page_requests() == requests_before
+    assert ledger_before == 3  # the three crawls were charged; the backfill charges nothing
+    with deployment.sessions() as session:
+        assert session.scalar(charges) == ledger_before
+        rebuilt = session.scalar(sa.select(sa.func.count()).select_from(Document)
+                                 .where(Document.workspace_id.in_(workspace_ids), Document.status_state == "ready"))
+    assert rebuilt == 9

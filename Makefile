@@ -25,5 +25,10 @@ run: install
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Each prints its figures and exits non-zero when it misses its target.
 bench: install
 	$(BIN)/python bench/blob_stream.py
+	$(BIN)/python bench/crawl_throughput.py
+	$(BIN)/python bench/crawl_memory.py
+	$(BIN)/python bench/history_query.py
+	$(BIN)/python bench/schedule_tick.py

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange, PageChangeStatus, PageState
-from pipelines_dagster.core.kb_index import DOCUMENT_TYPE
+from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, content_hash
 
 Observation = Literal["seen", "gone", "skipped"]
 
@@ -30,14 +29,6 @@ def normalize(markdown: str) -> str:
     """Markdown with whitespace folded: runs of blanks become one space, blank lines vanish."""
     lines = (" ".join(line.split()) for line in markdown.splitlines())
     return "\n".join(line for line in lines if line)
-
-
-def normalized_hash(normalized: str) -> str:
-    return hashlib.sha256(normalized.encode()).hexdigest()
-
-
-def url_hash(url: str) -> str:
-    return hashlib.sha256(url.encode()).hexdigest()
 
 
 def unified_diff(before: str, after: str, *, url: str, max_bytes: int = MAX_DIFF_BYTES) -> str:
@@ -100,7 +91,7 @@ def record_changes(
         seen: set[str] = set()
         for record in records:
             url = record["url"]
-            key = url_hash(url)
+            key = content_hash(url)
             if key in seen:
                 continue
             seen.add(key)
@@ -117,7 +108,7 @@ def record_changes(
                     _remove(session, state, run_id, documents.get(url), now, counts)
                 continue
             content = normalize(record.get("content") or "")
-            digest = normalized_hash(content)
+            digest = content_hash(content)
             if state is None:
                 state = PageState(workspace_id=workspace_id, pipeline_id=pipeline_id, url=url, url_hash=key,
                                   run_id=run_id)

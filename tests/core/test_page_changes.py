@@ -10,10 +10,10 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, PageState, Pipeline
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.kb_index import content_hash
 from pipelines_dagster.core.page_changes import (
     list_changes,
     normalize,
-    normalized_hash,
     record_changes,
     unified_diff,
 )
@@ -54,7 +54,7 @@ def timeline(sessions, pipeline_id) -> list[tuple[str, str]]:
 
 def test_normalize_folds_whitespace_and_blank_lines():
     assert normalize("# Title\n\n\n  Some   text\t here \n\n") == "# Title\nSome text here"
-    assert normalized_hash(normalize("a  b\n\nc")) == normalized_hash(normalize("a b\nc  "))
+    assert content_hash(normalize("a  b\n\nc")) == content_hash(normalize("a b\nc  "))
 
 
 def test_a_large_diff_is_truncated_at_a_line_and_says_so():
@@ -85,8 +85,8 @@ def test_first_crawl_is_all_new_then_edits_additions_and_removals(sessions, pipe
         changed = session.scalars(sa.select(PageChange).where(PageChange.pipeline_id == pipeline[1],
                                                              PageChange.status == "changed")).one()
         assert changed.diff.endswith("-B text\n+B text, edited\n")
-        assert (changed.previous_hash, changed.current_hash) == (normalized_hash("B text"),
-                                                                normalized_hash("B text, edited"))
+        assert (changed.previous_hash, changed.current_hash) == (content_hash("B text"),
+                                                                content_hash("B text, edited"))
         same = session.scalars(sa.select(PageState).where(PageState.pipeline_id == pipeline[1], PageState.url == "a")).one()
         assert same.last_checked_at == T0 + timedelta(hours=1) and same.last_changed_at == T0
 

@@ -15,10 +15,10 @@ from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.migrate import require_current
-from pipelines_dagster.core.blob import BlobStore, LocalBlobStore, S3BlobStore
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.launch import DAGSTER_URL_ENV, GraphQLLauncher, Launcher
+from pipelines_dagster.resources import build_resources
 from pipelines_dagster.settings import Settings, load_settings
 
 DESCRIPTION = """\
@@ -32,14 +32,6 @@ Errors are JSON `{"detail": "<what went wrong and what to do>"}`; invalid input
 answers 422 with `{"detail": [{"field": "schedule.timezone", "message": "..."}]}`,
 one entry per field.
 """
-
-
-def blob_store_for(settings: Settings) -> BlobStore:
-    """The deployment's blob store as a plain object, chosen as `build_resources` chooses the resource."""
-    if settings.s3_location is not None:
-        bucket, prefix = settings.s3_location
-        return S3BlobStore(bucket, prefix, endpoint_url=settings.s3_endpoint_url)
-    return LocalBlobStore(settings.blob_dir)
 
 
 def create_app(
@@ -81,7 +73,8 @@ def create_app(
         instance=instance,
         # Run pages link to the Dagster UI only where a deployment names its address.
         history=RunHistory(instance, sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV)),
-        blob_store=blob_store_for(settings),
+        # The backend is chosen where the Dagster resources choose it.
+        blob_store=build_resources(settings)["blob_store"].store(),
         launcher=launcher or GraphQLLauncher(),
     )
     install_error_handlers(app)

@@ -1,8 +1,8 @@
 """Crawl memory: peak resident memory of `crawl_results` for 500 and for 5,000 URLs.
 
 Each size is materialized in a fresh Python process, so the peaks do not mix. A sampling thread
-in that process reads the RSS of the process itself and of its descendants (the forkserver and
-the extraction workers) every few milliseconds; the peak counted is the largest sum seen at one
+in that process reads the RSS of the process itself and of its descendants (the extraction
+worker processes) every few milliseconds; the peak counted is the largest sum seen at one
 instant. The corpus server runs in its own process, outside what is measured.
 
 Target (issue 3): the 5,000-URL peak is within 1.5x of the 500-URL peak. Exits 1 when it is not
@@ -70,7 +70,7 @@ def main() -> int:
             print(f"{pages:>5} URLs: crawl_results in {result['seconds']:.1f} s, {result['succeeded']} succeeded, "
                   f"{result['empty']} empty, {result['failed']} failed, blob {mib(result['bytes'] or 0)}; "
                   f"peak RSS {mib(result['peak_total'])} (materializing process {mib(result['peak_main'])}, "
-                  f"forkserver + extraction workers {mib(result['peak_children'])})")
+                  f"extraction workers {mib(result['peak_children'])})")
 
     small, large = results
     ratio = large["peak_total"] / small["peak_total"]

@@ -8,8 +8,8 @@ the end-to-end wall ratio is printed too). Exits 1 when a target or a correctnes
 Each measurement is repeated (--rounds), the loop and the crawls interleaved, and the best round of
 each counts: other work on a shared machine only ever slows a round down, so the fastest round is
 the truest. Every round says how busy the rest of the machine was while it ran. Each round's
-crawls run in a fresh Python process, as each Dagster run does, so no round inherits a warm
-extraction pool or forkserver from an earlier one.
+crawls run in a fresh Python process, as each Dagster run does, so no round inherits warm
+extraction workers from an earlier one.
 """
 
 from __future__ import annotations

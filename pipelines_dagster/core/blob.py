@@ -5,7 +5,6 @@ Objects stream in and out in chunks, and a write replaces the whole object or ch
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import boto3
+import orjson
 from botocore.exceptions import BotoCoreError, ClientError
 
 MiB = 1024 * 1024
@@ -113,9 +113,9 @@ def _jsonl_records(chunks: Iterator[bytes]) -> Iterator[dict[str, Any]]:
         *lines, pending = (pending + chunk).split(b"\n")
         for line in lines:
             if line.strip():
-                yield json.loads(line)
+                yield orjson.loads(line)
     if pending.strip():
-        yield json.loads(pending)
+        yield orjson.loads(pending)
 
 
 class BlobStore(ABC):
@@ -151,8 +151,9 @@ class BlobStore(ABC):
         """Where the object lives, for display (file:// or s3://)."""
 
     def write_jsonl(self, key: str, records: Iterable[Mapping[str, Any]]) -> int:
-        """Store one JSON object per line; return the byte count."""
-        lines = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n" for record in records)
+        """Store one JSON object per line (UTF-8, compact); return the byte count."""
+        # orjson: a crawl's lines are mostly page text, which it encodes several times faster than json.
+        lines = (orjson.dumps(record) + b"\n" for record in records)
         return self.write_stream(key, lines, content_type=JSONL_CONTENT_TYPE)
 
     def read_jsonl(self, key: str) -> Iterator[dict[str, Any]]:

@@ -6,26 +6,24 @@ Plain asyncio and httpx with no Dagster in it; the `crawler` resource wraps it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
-import multiprocessing
 import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from functools import partial
 from typing import Any, Literal
 from urllib.parse import urljoin
 
 import httpx
 from protego import Protego
 
-from pipelines_dagster.core.extract import HTML_TYPES, PLAIN_TEXT, Extracted, extract_page
+from pipelines_dagster.core.extract import HTML_TYPES, PLAIN_TEXT, Extracted
+from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.ssrf import AddressError, AddressGuard, NetworkPolicy, PinnedTransport, Resolver
 from pipelines_dagster.core.validation import InvalidInputError, validate_url
 
@@ -46,7 +44,8 @@ class CrawlerConfig:
 
     `total_timeout` bounds one request attempt, from sending it to the last body byte, so a
     timed-out attempt can still be retried. `max_retry_delay` caps both the exponential backoff
-    and a server's Retry-After. `extract_workers` defaults to the number of usable cores.
+    and a server's Retry-After. `extract_workers` defaults to the number of usable cores;
+    `extract_timeout` bounds one page's extraction, after which its worker is replaced.
     """
 
     user_agent: str = "pipelines-dagster/0.1 (knowledge-base web crawler)"
@@ -63,6 +62,7 @@ class CrawlerConfig:
     obey_robots: bool = True
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     extract_workers: int | None = None
+    extract_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         at_least = {
@@ -78,7 +78,7 @@ class CrawlerConfig:
         for name, minimum in at_least.items():
             if getattr(self, name) < minimum:
                 raise ValueError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
-        for name in ("connect_timeout", "total_timeout"):
+        for name in ("connect_timeout", "total_timeout", "extract_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
         if self.extract_workers is not None and self.extract_workers < 1:
@@ -128,17 +128,15 @@ class CrawlOutcome:
 class Crawler:
     """Crawls URLs into outcomes.
 
-    Extraction runs in a process pool, started as soon as a crawl meets a page it has no previous
-    fetch of, and kept for later crawls until close(). Its workers start by forkserver (or spawn),
-    which imports the main module again: a script that crawls needs the usual
-    `if __name__ == "__main__":` guard.
+    Extraction runs in worker processes (`extract_workers`), started as soon as a crawl meets a
+    page it has no previous fetch of, and kept for later crawls until close().
     """
 
     def __init__(self, config: CrawlerConfig, *, resolver: Resolver | None = None) -> None:
         self.config = config
         self._resolver = resolver
-        self._pool: ProcessPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._workers: ExtractionWorkers | None = None
+        self._workers_lock = threading.Lock()
 
     async def crawl(
         self, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch] | None = None
@@ -149,9 +147,8 @@ class Crawler:
         """
         config = self.config
         known = previous or {}
-        extraction = _Extraction(self)
         if not known:
-            extraction.start()  # nothing was crawled before: every page will need extracting
+            self._start_workers_early()  # nothing was crawled before: every page will need extracting
         guard = AddressGuard(config.network, resolver=self._resolver)
         limits = httpx.Limits(
             max_connections=config.global_concurrency, max_keepalive_connections=config.global_concurrency
@@ -162,7 +159,7 @@ class Crawler:
             timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
             follow_redirects=False,  # each hop is checked by _CrawlRun before it is requested
         ) as client:
-            run = _CrawlRun(config, guard=guard, client=client, extract=extraction)
+            run = _CrawlRun(config, guard=guard, client=client, extract=self._extract)
             todo = _distinct(urls)
             window = _WINDOW_PER_SLOT * config.global_concurrency
             pending: set[asyncio.Task[CrawlOutcome]] = set()
@@ -173,7 +170,7 @@ class Crawler:
                     for url in itertools.islice(todo, window - len(pending)):
                         hint = known.get(url)
                         if hint is None:
-                            extraction.start()  # a page not seen before will need extracting
+                            self._start_workers_early()  # a page not seen before will need extracting
                         task = asyncio.create_task(run.crawl_url(url, hint))
                         task.add_done_callback(finished.put_nowait)
                         pending.add(task)
@@ -204,9 +201,10 @@ class Crawler:
 
     def close(self) -> None:
         """Stop the extraction workers; a later crawl starts new ones."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        with self._workers_lock:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
 
     def __enter__(self) -> Crawler:
         return self
@@ -214,65 +212,25 @@ class Crawler:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _start_pool(self) -> ProcessPoolExecutor:
-        """The extraction pool, started if need be. Blocks while a first worker process starts."""
-        with self._pool_lock:
-            if self._pool is None:
-                workers = self.config.extract_workers or _usable_cores()
-                pool = ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context())
-                # The pool spawns a worker for each job that finds none idle: a no-op job per
-                # worker starts them all here, rather than on the event loop as pages arrive.
-                for _ in range(workers):
-                    pool.submit(os.getpid)
-                self._pool = pool
-            return self._pool
+    def _start_workers(self) -> ExtractionWorkers:
+        """The extraction workers, started if need be (starting them does not wait for them)."""
+        with self._workers_lock:
+            if self._workers is None:
+                count = self.config.extract_workers or _usable_cores()
+                self._workers = ExtractionWorkers(count, timeout=self.config.extract_timeout)
+            return self._workers
 
-    def _discard_pool(self, pool: ProcessPoolExecutor) -> None:
-        # A dead worker (killed for memory, say) breaks the whole pool: replace it for the next page.
-        with self._pool_lock:
-            if self._pool is pool:
-                self._pool = None
-        pool.shutdown(wait=False, cancel_futures=True)
+    def _start_workers_early(self) -> None:
+        """Start the workers before a page needs them; a failure to start is each page's to report."""
+        with contextlib.suppress(ExtractionError):
+            self._start_workers()
 
-
-class _Extraction:
-    """One crawl's use of the crawler's extraction pool.
-
-    The pool starts in a thread: starting its first worker waits for the forkserver to import
-    the extraction code, and the event loop must keep fetching meanwhile.
-    """
-
-    def __init__(self, crawler: Crawler) -> None:
-        self._crawler = crawler
-        self._started: asyncio.Future[ProcessPoolExecutor] | None = None
-
-    def start(self) -> None:
-        """Start the pool in the background, if this crawl has not already."""
-        if self._started is None:
-            self._started = asyncio.ensure_future(asyncio.to_thread(self._crawler._start_pool))
-            # Retrieved here so a start that failed after the crawl ended is not reported as unhandled.
-            self._started.add_done_callback(lambda started: started.cancelled() or started.exception())
-
-    async def __call__(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
-        self.start()
-        assert self._started is not None
-        started = self._started
+    async def _extract(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
         try:
-            pool = await asyncio.shield(started)
-        except Exception as exc:
-            if self._started is started:
-                self._started = None  # the next page tries again
-            raise _Failed(f"the text extraction workers could not start: {exc!r}") from None
-        job = partial(extract_page, body, media_type=media_type, charset=charset, url=url)
-        try:
-            return await asyncio.get_running_loop().run_in_executor(pool, job)
-        except BrokenProcessPool:
-            if self._started is started:
-                self._started = None
-            self._crawler._discard_pool(pool)
-            raise _Failed("the text extraction worker died while extracting this page") from None
-        except Exception as exc:
-            raise _Failed(f"text extraction failed: {exc!r}") from None
+            workers = self._start_workers()
+            return await workers.extract_async(body, media_type=media_type, charset=charset, url=url)
+        except ExtractionError as exc:
+            raise _Failed(str(exc)) from None
 
 
 class _Failed(Exception):
@@ -588,14 +546,3 @@ def _usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-def _worker_context() -> multiprocessing.context.BaseContext:
-    # Not fork: forking a threaded parent (asyncio's resolver threads, Dagster's) can deadlock the child.
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    # The server imports trafilatura once and every worker forks with it loaded, instead of each
-    # worker importing it again. It applies when this process starts its forkserver.
-    context.set_forkserver_preload(["__main__", extract_page.__module__])
-    return context

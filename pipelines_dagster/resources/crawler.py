@@ -1,4 +1,4 @@
-"""The `crawler` resource: the crawl engine, configured per deployment, one extraction pool per run."""
+"""The `crawler` resource: the crawl engine, configured per deployment, one set of extraction workers per run."""
 
 from __future__ import annotations
 

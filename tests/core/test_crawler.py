@@ -387,8 +387,24 @@ def test_a_crawler_is_reusable_after_close(web: WebServer, make_crawler: Callabl
     assert reusable.crawl_all([web.url("/again")])[0].status == "success"
 
 
+def test_an_extraction_that_overruns_fails_its_url_with_the_reason(
+    web: WebServer, make_crawler: Callable[..., Crawler]
+) -> None:
+    web.route("/long", page("Long", ARTICLE))
+    web.route("/notes.txt", Reply(body="plain notes", content_type="text/plain"))
+    hasty = make_crawler(extract_timeout=0.001)
+    outcomes = by_path(hasty.crawl_all([web.url("/long"), web.url("/notes.txt")]))
+    for outcome in outcomes.values():
+        assert (outcome.status, outcome.error) == (
+            "failed", "text extraction took longer than 0.001 s; its worker was stopped"
+        )
+        assert outcome.http_status == 200
+
+
 def test_config_rejects_values_that_cannot_work() -> None:
     with pytest.raises(ValueError, match="per_host_concurrency must be at least 1"):
         CrawlerConfig(per_host_concurrency=0)
     with pytest.raises(ValueError, match="total_timeout must be a positive number of seconds"):
         CrawlerConfig(total_timeout=0)
+    with pytest.raises(ValueError, match="extract_timeout must be a positive number of seconds"):
+        CrawlerConfig(extract_timeout=-1)

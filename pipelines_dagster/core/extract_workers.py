@@ -1,0 +1,270 @@
+"""Text extraction in worker processes of our own.
+
+Each worker is a plain Python process that imports only the extraction code and answers one
+request at a time over its stdin/stdout pipes. Unlike a multiprocessing pool it never imports the
+parent's main module (the `dagster` CLI, a script), so it is ready in about 0.2 s where a
+forkserver pool under the CLI took a second, and a worker stuck on one page can be killed and
+replaced without breaking the others.
+
+Frames, both ways: two big-endian 32-bit lengths, a JSON header of that first length, then that
+many body bytes. A request's header holds `media_type`, `charset` and `url` and its body is the
+fetched page; a reply's header holds `content_hash` and `metadata` (or `error`) and its body is
+the extracted text in UTF-8. JSON, not pickle: a worker parses untrusted HTML, so what it sends
+back is read as data only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from queue import SimpleQueue
+from typing import Any, BinaryIO
+
+from pipelines_dagster.core.extract import Extracted, extract_page
+
+_LENGTHS = struct.Struct(">II")
+# A worker imports from the parent's sys.path, as multiprocessing's spawn does, so it runs the
+# same code as the parent whether the package is installed or run from a checkout.
+_BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from {module} import main; main()"
+_STOP_GRACE_SECONDS = 5.0
+
+
+class ExtractionError(Exception):
+    """One page's extraction did not finish; the message is the reason, for the URL's outcome."""
+
+
+def _frame(header: dict[str, Any], body: bytes) -> bytes:
+    encoded = json.dumps(header).encode("utf-8")
+    return _LENGTHS.pack(len(encoded), len(body)) + encoded + body
+
+
+# -- the worker process -----------------------------------------------------------------------------
+
+
+def _read_frame(stream: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
+    """The next frame on a blocking stream; None when the parent closed it."""
+    lengths = stream.read(_LENGTHS.size)
+    if len(lengths) < _LENGTHS.size:
+        return None
+    header_size, body_size = _LENGTHS.unpack(lengths)
+    header = stream.read(header_size)
+    body = stream.read(body_size)
+    if len(header) < header_size or len(body) < body_size:
+        return None
+    return json.loads(header), body
+
+
+def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """Answer extraction requests until the request stream ends."""
+    while (request := _read_frame(requests)) is not None:
+        header, body = request
+        try:
+            extracted = extract_page(body, media_type=header["media_type"], charset=header["charset"], url=header["url"])
+        except Exception as exc:  # reported for this page; the worker serves the next one
+            reply = _frame({"error": f"text extraction failed: {exc!r}"}, b"")
+        else:
+            reply = _frame(
+                {"content_hash": extracted.content_hash, "metadata": extracted.metadata},
+                extracted.content.encode("utf-8"),
+            )
+        replies.write(reply)
+        replies.flush()
+
+
+def main() -> None:
+    # The parent stops a worker by closing its stdin; an interrupt of the whole process group
+    # (Ctrl-C on a run) is the parent's to handle.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The reply pipe is the original stdout, kept for the protocol alone: whatever a library
+    # prints goes to stderr instead of corrupting a frame.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    serve(sys.stdin.buffer, replies)
+    # Every reply is flushed and nothing else is kept: skip the interpreter's slow teardown of
+    # the extraction libraries, so the parent's run does not wait on it.
+    sys.stderr.flush()
+    os._exit(0)
+
+
+# -- the parent's side ------------------------------------------------------------------------------
+
+
+class _Worker:
+    """One worker process and its pipes, used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _BOOT.format(module=__name__), json.dumps(sys.path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._requests = self.process.stdin.fileno()
+        self._replies = self.process.stdout.fileno()
+        os.set_blocking(self._requests, False)
+        os.set_blocking(self._replies, False)
+
+    def extract(self, body: bytes, *, media_type: str, charset: str | None, url: str, timeout: float) -> Extracted:
+        """Raises ExtractionError; after a timeout or a broken pipe the worker is stopped (not alive)."""
+        deadline = time.monotonic() + timeout
+        try:
+            self._send(_frame({"media_type": media_type, "charset": charset, "url": url}, body), deadline)
+            header_size, body_size = _LENGTHS.unpack(self._receive(_LENGTHS.size, deadline))
+            header = json.loads(self._receive(header_size, deadline))
+            content = self._receive(body_size, deadline).decode("utf-8")
+            if "error" in header:
+                raise ExtractionError(str(header["error"]))
+            return Extracted(content=content, content_hash=header["content_hash"], metadata=header["metadata"])
+        except ExtractionError:
+            raise  # the worker read the whole request, answered it, and serves the next
+        except TimeoutError:
+            self.stop()
+            raise ExtractionError(
+                f"text extraction took longer than {timeout:g} s; its worker was stopped"
+            ) from None
+        except (BrokenPipeError, EOFError):
+            self.stop(grace=1.0)  # it is exiting already: let it, to report how it ended
+            raise ExtractionError(
+                f"the text extraction worker died while extracting this page (exit code {self.process.returncode})"
+            ) from None
+        except (ValueError, KeyError, TypeError) as exc:  # JSON, UTF-8 or a missing field
+            self.stop()
+            raise ExtractionError(f"the text extraction worker sent an unreadable reply ({exc!r})") from None
+        except BaseException:
+            self.stop()  # a reply half read: the pipe is out of step, so the worker cannot be reused
+            raise
+
+    def _send(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            self._wait(self._requests, select.POLLOUT, deadline)
+            try:
+                view = view[os.write(self._requests, view) :]
+            except BlockingIOError:
+                continue
+
+    def _receive(self, size: int, deadline: float) -> bytes:
+        received = bytearray()
+        while len(received) < size:
+            self._wait(self._replies, select.POLLIN, deadline)
+            try:
+                chunk = os.read(self._replies, size - len(received))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise EOFError
+            received += chunk
+        return bytes(received)
+
+    @staticmethod
+    def _wait(fd: int, event: int, deadline: float) -> None:
+        poller = select.poll()
+        poller.register(fd, event)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not poller.poll(remaining * 1000):
+            raise TimeoutError
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Close the pipes (a worker exits at the end of its requests); kill it if it is still there after `grace`."""
+        self.close_pipes()
+        self.reap(time.monotonic() + grace)
+
+    def close_pipes(self) -> None:
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+    def reap(self, deadline: float) -> None:
+        try:
+            self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class ExtractionWorkers:
+    """`count` extraction worker processes, started at once, and a thread per worker to wait on them.
+
+    A worker that dies or overruns `timeout` on a page fails that page only and is replaced.
+    """
+
+    def __init__(self, count: int, *, timeout: float) -> None:
+        if count < 1:
+            raise ValueError(f"count must be at least 1, got {count}")
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._closed = False
+        self._idle: SimpleQueue[_Worker] = SimpleQueue()
+        self._workers: list[_Worker] = []
+        self._threads = ThreadPoolExecutor(max_workers=count, thread_name_prefix="extract")
+        try:
+            for _ in range(count):
+                self._idle.put(self._start())
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> _Worker:
+        with self._lock:
+            if self._closed:
+                raise ExtractionError("the text extraction workers were stopped")
+            try:
+                worker = _Worker()
+            except OSError as exc:
+                raise ExtractionError(f"the text extraction workers could not start: {exc}") from None
+            self._workers.append(worker)
+            return worker
+
+    def _replace(self, dead: _Worker) -> _Worker:
+        with self._lock:
+            if dead in self._workers:
+                self._workers.remove(dead)
+        return self._start()
+
+    @property
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [worker.process.pid for worker in self._workers if worker.alive]
+
+    def extract(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
+        """Extract one page in the next idle worker, blocking until one is free."""
+        worker = self._idle.get()
+        try:
+            if not worker.alive:  # stopped after its last page, or died since
+                worker = self._replace(worker)
+            return worker.extract(body, media_type=media_type, charset=charset, url=url, timeout=self.timeout)
+        finally:
+            self._idle.put(worker)
+
+    async def extract_async(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
+        """`extract` off the event loop."""
+        job = partial(self.extract, body, media_type=media_type, charset=charset, url=url)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, job)
+
+    def close(self) -> None:
+        """Stop every worker: each exits when its request pipe closes, or is killed after a grace period."""
+        with self._lock:
+            self._closed = True
+            workers, self._workers = self._workers, []
+        # All told to stop first, then waited for together.
+        for worker in workers:
+            worker.close_pipes()
+        deadline = time.monotonic() + _STOP_GRACE_SECONDS
+        for worker in workers:
+            worker.reap(deadline)
+        self._threads.shutdown(wait=False, cancel_futures=True)

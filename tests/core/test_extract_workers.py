@@ -1,0 +1,110 @@
+"""The extraction worker processes: same results as in-process extraction, and a worker that dies or
+overruns fails only its own page and is replaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pipelines_dagster.core.extract import extract_page
+from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
+from tests.support.web import html_document
+
+ARTICLE = (
+    "Extraction runs in worker processes of its own, so a page that takes too long or kills its "
+    "worker costs that page only, and the crawl goes on with the next one."
+)
+PAGE = html_document("Workers", f"{ARTICLE}\n\n{ARTICLE}").encode()
+# Seconds of extraction: long enough to be caught in the middle of it.
+HUGE_PAGE = html_document("Huge", "\n\n".join(f"{ARTICLE} Part {n}." for n in range(20000))).encode()
+
+
+@pytest.fixture
+def workers() -> Iterator[ExtractionWorkers]:
+    started = ExtractionWorkers(1, timeout=60)
+    yield started
+    started.close()
+
+
+def extract(workers: ExtractionWorkers, body: bytes, media_type: str = "text/html") -> object:
+    return workers.extract(body, media_type=media_type, charset="utf-8", url="https://docs.example.com/workers")
+
+
+def test_a_worker_extracts_exactly_what_the_crawler_would_in_process(workers: ExtractionWorkers) -> None:
+    for body, media_type in ((PAGE, "text/html"), ("plain text, kept as it is\n".encode(), "text/plain")):
+        in_process = extract_page(body, media_type=media_type, charset="utf-8", url="https://docs.example.com/workers")
+        assert extract(workers, body, media_type) == in_process
+    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+
+
+def test_an_overrunning_page_is_stopped_and_its_worker_replaced(workers: ExtractionWorkers) -> None:
+    extract(workers, PAGE)  # the worker is up
+    [before] = workers.pids
+    workers.timeout = 0.2
+    with pytest.raises(ExtractionError, match=r"text extraction took longer than 0.2 s; its worker was stopped"):
+        extract(workers, HUGE_PAGE)
+    assert_exited(before)
+    workers.timeout = 60
+    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+    assert workers.pids != [before]
+
+
+def test_a_worker_killed_mid_page_fails_that_page_only(workers: ExtractionWorkers) -> None:
+    extract(workers, PAGE)
+    [pid] = workers.pids
+    failures: list[Exception] = []
+
+    def run() -> None:
+        try:
+            extract(workers, HUGE_PAGE)
+        except ExtractionError as exc:
+            failures.append(exc)
+
+    busy = threading.Thread(target=run)
+    busy.start()
+    time.sleep(0.3)  # the worker is now inside the huge page
+    os.kill(pid, signal.SIGKILL)
+    busy.join(timeout=30)
+    assert [str(failure) for failure in failures] == [
+        "the text extraction worker died while extracting this page (exit code -9)"
+    ]
+    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+    assert workers.pids != [pid]
+
+
+def test_a_worker_that_died_while_idle_is_replaced_before_the_next_page(workers: ExtractionWorkers) -> None:
+    extract(workers, PAGE)
+    [pid] = workers.pids
+    os.kill(pid, signal.SIGKILL)
+    assert_exited(pid)
+    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+
+
+def test_close_stops_every_worker_and_later_pages_are_refused() -> None:
+    workers = ExtractionWorkers(2, timeout=60)
+    pids = workers.pids
+    assert len(pids) == 2
+    workers.close()
+    for pid in pids:
+        assert_exited(pid)
+    with pytest.raises(ExtractionError, match="the text extraction workers were stopped"):
+        extract(workers, PAGE)
+
+
+def assert_exited(pid: int) -> None:
+    """The process is gone (reaped, or a zombie about to be)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split(") ", 1)[1].startswith("Z"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"worker {pid} is still running")

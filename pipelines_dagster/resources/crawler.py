@@ -18,6 +18,10 @@ class CrawlerResource(dg.ConfigurableResource):
     max_body_bytes: int = CrawlerConfig.max_body_bytes
     max_attempts: int = CrawlerConfig.max_attempts
     obey_robots: bool = True
+    extract_timeout: float = Field(
+        default=CrawlerConfig.extract_timeout,
+        description="Seconds one page's text extraction may take before it fails and its worker is replaced.",
+    )
     allow_private_networks: bool = Field(
         default=False, description="Crawl private, loopback and link-local addresses (off: SSRF guard)."
     )
@@ -37,6 +41,7 @@ class CrawlerResource(dg.ConfigurableResource):
             max_body_bytes=self.max_body_bytes,
             max_attempts=self.max_attempts,
             obey_robots=self.obey_robots,
+            extract_timeout=self.extract_timeout,
             network=NetworkPolicy(
                 allow_private_networks=self.allow_private_networks,
                 allowed_networks=tuple(self.allowed_networks),

@@ -37,6 +37,18 @@ _LENGTHS = struct.Struct(">II")
 # same code as the parent whether the package is installed or run from a checkout.
 _BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from {module} import main; main()"
 _STOP_GRACE_SECONDS = 5.0
+# A worker parses untrusted pages, so it gets no secrets: of the parent's environment it keeps
+# only what locates programs and files, the locale, and Python's own settings.
+_KEPT_VARIABLES = frozenset({"PATH", "HOME", "TMPDIR", "TEMP", "TMP", "TZ", "LANG", "LANGUAGE", "SYSTEMROOT"})
+
+
+def worker_environment(environment: dict[str, str]) -> dict[str, str]:
+    """What of `environment` a worker process inherits."""
+    return {
+        name: value
+        for name, value in environment.items()
+        if name in _KEPT_VARIABLES or name.startswith(("LC_", "PYTHON"))
+    }
 
 
 class ExtractionError(Exception):
@@ -104,9 +116,10 @@ class _Worker:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _BOOT.format(module=__name__), json.dumps(sys.path)],
+            [sys.executable, "-c", _BOOT.format(module=__name__), json.dumps([str(entry) for entry in sys.path])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            env=worker_environment(dict(os.environ)),
             close_fds=True,
         )
         assert self.process.stdin is not None and self.process.stdout is not None

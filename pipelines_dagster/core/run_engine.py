@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import queue
 import sqlite3
 import tempfile
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -125,11 +125,11 @@ class PreviousCrawl:
         self._db.execute("PRAGMA journal_mode = OFF")
         self._db.execute("PRAGMA synchronous = OFF")
         self._db.execute(
-            "CREATE TABLE records (url TEXT PRIMARY KEY, content TEXT NOT NULL, metadata TEXT NOT NULL)"
+            "CREATE TABLE records (url TEXT PRIMARY KEY, content TEXT NOT NULL, metadata BLOB NOT NULL)"
         )
         self.hints: dict[str, PreviousFetch] = {}
         rows = (
-            (record["url"], record.get("content") or "", json.dumps(record.get("metadata") or {}))
+            (record["url"], record.get("content") or "", orjson.dumps(record.get("metadata") or {}))
             for record in self._keep(records or ())
         )
         self._db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?)", rows)
@@ -149,7 +149,7 @@ class PreviousCrawl:
     def stored(self, url: str) -> tuple[str, dict[str, Any]] | None:
         """(content, metadata) the previous crawl stored for `url`; None when it has no success for it."""
         row = self._db.execute("SELECT content, metadata FROM records WHERE url = ?", (url,)).fetchone()
-        return (row[0], json.loads(row[1])) if row else None
+        return (row[0], orjson.loads(row[1])) if row else None
 
     def close(self) -> None:
         self._db.close()

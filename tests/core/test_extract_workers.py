@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,23 @@ def test_a_worker_extracts_exactly_what_the_crawler_would_in_process(workers: Ex
         in_process = extract_page(body, media_type=media_type, charset="utf-8", url="https://docs.example.com/workers")
         assert extract(workers, body, media_type) == in_process
     assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a process's environment from /proc (Linux)")
+def test_a_worker_inherits_no_secrets_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINES_DATABASE_URL", "postgresql://app:hunter2@db/app")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    workers = ExtractionWorkers(1, timeout=60)
+    try:
+        assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+        [pid] = workers.pids
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            names = {entry.split(b"=", 1)[0].decode() for entry in environ.read().split(b"\0") if entry}
+    finally:
+        workers.close()
+    assert "PIPELINES_DATABASE_URL" not in names and "AWS_SECRET_ACCESS_KEY" not in names
+    assert {"PATH", "LC_ALL"} <= names
 
 
 def test_an_overrunning_page_is_stopped_and_its_worker_replaced(workers: ExtractionWorkers) -> None:

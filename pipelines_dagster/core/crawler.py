@@ -44,7 +44,8 @@ class CrawlerConfig:
 
     `total_timeout` bounds one request attempt, from sending it to the last body byte, so a
     timed-out attempt can still be retried. `max_retry_delay` caps both the exponential backoff
-    and a server's Retry-After. `extract_workers` defaults to the number of usable cores;
+    and a server's Retry-After. A robots.txt Crawl-delay spaces the requests to its origin, up
+    to `max_crawl_delay` seconds apart. `extract_workers` defaults to the number of usable cores;
     `extract_timeout` bounds one page's extraction, after which its worker is replaced.
     """
 
@@ -60,6 +61,7 @@ class CrawlerConfig:
     max_retry_delay: float = 30.0
     max_redirects: int = 5
     obey_robots: bool = True
+    max_crawl_delay: float = 10.0
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     extract_workers: int | None = None
     extract_timeout: float = 60.0
@@ -74,6 +76,7 @@ class CrawlerConfig:
             "backoff_base": 0,
             "backoff_factor": 1,
             "max_retry_delay": 0,
+            "max_crawl_delay": 0,
         }
         for name, minimum in at_least.items():
             if getattr(self, name) < minimum:
@@ -257,7 +260,7 @@ class _Response:
 
 
 class _CrawlRun:
-    """One crawl's shared state: the HTTP client, the address guard, host slots and robots rules."""
+    """One crawl's shared state: the HTTP client, the address guard, host slots, robots rules and pacing."""
 
     def __init__(
         self,
@@ -275,6 +278,8 @@ class _CrawlRun:
         self._host_slots: dict[str, asyncio.Semaphore] = {}
         self._robots: dict[str, Protego | None] = {}
         self._robots_locks: dict[str, asyncio.Lock] = {}
+        self._crawl_delays: dict[str, float] = {}
+        self._next_request_at: dict[str, float] = {}
 
     async def crawl_url(self, url: str, previous: PreviousFetch | None) -> CrawlOutcome:
         started = time.monotonic()
@@ -423,6 +428,7 @@ class _CrawlRun:
     ) -> _Response:
         """One attempt. A 2xx body is read (checked for type and size) before the slots are freed."""
         config = self._config
+        await self._pace(url)
         host_slots = self._host_slots.get(host)
         if host_slots is None:
             host_slots = self._host_slots[host] = asyncio.Semaphore(config.per_host_concurrency)
@@ -462,13 +468,31 @@ class _CrawlRun:
                     raw_hash=digest.hexdigest(),
                 )
 
+    async def _pace(self, url: httpx.URL) -> None:
+        """Wait for the origin's next request time when its robots.txt asks for a Crawl-delay."""
+        if not self._crawl_delays:
+            return
+        origin = _origin(url)
+        delay = self._crawl_delays.get(origin)
+        if not delay:
+            return
+        # One event loop and no await until the slot is booked: each request gets its own time.
+        now = time.monotonic()
+        start = max(now, self._next_request_at.get(origin, now))
+        self._next_request_at[origin] = start + delay
+        if start > now:
+            await asyncio.sleep(start - now)
+
     async def _robots_allow(self, url: str, parts: httpx.URL) -> bool:
-        origin = f"{parts.scheme}://{parts.netloc.decode('ascii')}"
+        origin = _origin(parts)
         if origin not in self._robots:
             # One robots.txt request per origin even when many of its URLs start together.
             async with self._robots_locks.setdefault(origin, asyncio.Lock()):
                 if origin not in self._robots:
-                    self._robots[origin] = await self._load_robots(origin)
+                    rules = self._robots[origin] = await self._load_robots(origin)
+                    delay = rules.crawl_delay(self._config.user_agent) if rules is not None else None
+                    if delay:
+                        self._crawl_delays[origin] = min(float(delay), self._config.max_crawl_delay)
         rules = self._robots[origin]
         return rules is None or rules.can_fetch(url, self._config.user_agent)
 
@@ -527,6 +551,10 @@ def _checked_url(url: str) -> str:
         return validate_url(url)
     except InvalidInputError as exc:
         raise _Failed(exc.message) from None
+
+
+def _origin(url: httpx.URL) -> str:
+    return f"{url.scheme}://{url.netloc.decode('ascii')}"
 
 
 def _host(url: httpx.URL) -> str:

@@ -18,6 +18,10 @@ class CrawlerResource(dg.ConfigurableResource):
     max_body_bytes: int = CrawlerConfig.max_body_bytes
     max_attempts: int = CrawlerConfig.max_attempts
     obey_robots: bool = True
+    max_crawl_delay: float = Field(
+        default=CrawlerConfig.max_crawl_delay,
+        description="The longest robots.txt Crawl-delay honoured, in seconds between requests to one site.",
+    )
     extract_timeout: float = Field(
         default=CrawlerConfig.extract_timeout,
         description="Seconds one page's text extraction may take before it fails and its worker is replaced.",
@@ -41,6 +45,7 @@ class CrawlerResource(dg.ConfigurableResource):
             max_body_bytes=self.max_body_bytes,
             max_attempts=self.max_attempts,
             obey_robots=self.obey_robots,
+            max_crawl_delay=self.max_crawl_delay,
             extract_timeout=self.extract_timeout,
             network=NetworkPolicy(
                 allow_private_networks=self.allow_private_networks,

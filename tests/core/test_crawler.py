@@ -290,6 +290,33 @@ def test_robots_txt_can_be_ignored_and_a_broken_one_allows_all(
     assert outcome.status == "success"
 
 
+def test_robots_crawl_delay_spaces_requests_to_the_origin(web: WebServer, crawler: Crawler) -> None:
+    web.route("/robots.txt", Reply(body="User-agent: *\nCrawl-delay: 0.3\n", content_type="text/plain"))
+    started: list[float] = []
+
+    def timed(_request: Request) -> Reply:
+        started.append(time.monotonic())
+        return page("Paced", ARTICLE)
+
+    for number in range(4):
+        web.handle(f"/paced/{number}", timed)
+    outcomes = crawler.crawl_all([web.url(f"/paced/{number}") for number in range(4)])
+    assert [outcome.status for outcome in outcomes] == ["success"] * 4
+    gaps = [later - earlier for earlier, later in zip(sorted(started), sorted(started)[1:])]
+    assert len(gaps) == 3 and min(gaps) >= 0.28, gaps  # per-host concurrency 4 would send them together
+
+
+def test_a_long_crawl_delay_is_capped(web: WebServer, make_crawler: Callable[..., Crawler]) -> None:
+    web.route("/robots.txt", Reply(body="User-agent: *\nCrawl-delay: 3600\n", content_type="text/plain"))
+    for number in range(3):
+        web.route(f"/slowpoke/{number}", page("Slowpoke", ARTICLE))
+    capped = make_crawler(max_crawl_delay=0.2)
+    began = time.monotonic()
+    outcomes = capped.crawl_all([web.url(f"/slowpoke/{number}") for number in range(3)])
+    assert [outcome.status for outcome in outcomes] == ["success"] * 3
+    assert 0.38 <= time.monotonic() - began < 30
+
+
 def test_a_conditional_get_turns_304_into_unchanged(web: WebServer, crawler: Crawler) -> None:
     def etagged(request: Request) -> Reply:
         if request.headers.get("if-none-match") == '"rev-7"':

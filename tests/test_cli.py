@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from pipelines_dagster.app_db.engine import create_engine
-from pipelines_dagster.app_db.models import Base
 from pipelines_dagster.cli import main
+from tests.support.db import row_counts
 
 
 @pytest.fixture
@@ -42,14 +42,6 @@ def cli(tmp_path, monkeypatch):
     run.json = run_json
     run.engine = lambda: create_engine(f"sqlite:///{tmp_path / 'data' / 'app.sqlite3'}")
     return run
-
-
-def row_counts(engine: sa.Engine) -> dict[str, int]:
-    with engine.connect() as conn:
-        return {
-            table.name: conn.scalar(sa.select(sa.func.count()).select_from(table))
-            for table in Base.metadata.sorted_tables
-        }
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, sign
 from tests.api.conftest import free_port
+from tests.support.processes import stop_group
 from tests.support.web import WebServer, page
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -93,16 +93,6 @@ def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
                             start_new_session=True)
 
 
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
 def _answers(url: str) -> bool:
     try:
         return httpx.get(url, timeout=3).status_code == 200
@@ -159,7 +149,7 @@ def deployment(postgres_url, tmp_path_factory) -> Iterator[Deployment]:
             instance.dispose()
         finally:
             for process in processes:
-                _stop(process)
+                stop_group(process)
             os.environ.pop("DAGSTER_PG_URL", None)
             engine.dispose()
             with admin.connect() as conn:

@@ -79,7 +79,7 @@ def crawl_blob_readable(
         records = sum(1 for _ in blob_store.store().read_jsonl(blob_key))
     except BlobNotFoundError:
         problem = "is missing from the blob store; re-run crawl_results to store a new crawl"
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except json.JSONDecodeError as exc:  # orjson reports bad UTF-8 this way too
         problem = f"is not valid JSON Lines ({exc}); re-run crawl_results to replace it"
     else:
         expected = crawl["urls_attempted"]

@@ -1,7 +1,5 @@
 """What every trigger sensor needs: which pipelines are busy, and partitions for the runs it requests."""
 
-from collections.abc import Iterable
-
 import dagster as dg
 
 from pipelines_dagster.jobs import run_tags
@@ -29,11 +27,18 @@ def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
     return {pipeline_id for run in runs if (pipeline_id := run_pipeline_id(run)) is not None}
 
 
-def missing_partitions(instance: dg.DagsterInstance, pipeline_ids: Iterable[int]) -> list[dg.AddDynamicPartitionsRequest]:
-    """An add request for the partitions of these pipelines that the instance does not have yet."""
-    existing = set(instance.get_dynamic_partitions(pipelines_partitions.name))
-    missing = sorted({partition_key(pipeline_id) for pipeline_id in pipeline_ids} - existing)
-    return [pipelines_partitions.build_add_request(missing)] if missing else []
+def trigger_result(
+    context: dg.SensorEvaluationContext, requests: list[dg.RunRequest], *, cursor: str | None = None
+) -> dg.SensorResult:
+    """The runs a trigger sensor requests, with an add request for any of their partitions the
+    instance does not have yet (a pipeline created a moment ago, before the partition sync)."""
+    existing = set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
+    missing = sorted({request.partition_key for request in requests if request.partition_key} - existing)
+    return dg.SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=[pipelines_partitions.build_add_request(missing)] if missing else [],
+        cursor=cursor,
+    )
 
 
 def pipeline_run_request(

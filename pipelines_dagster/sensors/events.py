@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, TriggerKind
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.sensors.common import id_cursor, missing_partitions, pipeline_run_request
+from pipelines_dagster.sensors.common import id_cursor, pipeline_run_request, trigger_result
 
 BATCH = 500
 
@@ -61,8 +61,4 @@ def pipeline_events(context: dg.SensorEvaluationContext, app_db: AppDatabaseReso
         for trigger_id, pipeline_id, connector_id in by_topic.get((event.workspace_id, event.event_type), [])
         if concerns(event, pipeline_id, connector_id)
     ]
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=missing_partitions(context.instance, (int(r.partition_key) for r in requests)),
-        cursor=str(events[-1].id) if events else context.cursor,
-    )
+    return trigger_result(context, requests, cursor=str(events[-1].id) if events else context.cursor)

@@ -5,7 +5,7 @@ import dagster as dg
 from pipelines_dagster.core.scheduler import due_fires
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.sensors.common import busy_pipelines, missing_partitions, pipeline_run_request
+from pipelines_dagster.sensors.common import busy_pipelines, pipeline_run_request, trigger_result
 
 # Well inside Dagster's default 60 s sensor evaluation timeout.
 TIME_BUDGET_SECONDS = 30.0
@@ -39,11 +39,6 @@ def build_schedule_sensor(*, batch_size: int) -> dg.SensorDefinition:
             )
         if skipped:
             context.log.info(f"skipped {len(skipped)} fires of disabled or busy pipelines: {skipped[:10]}")
-        return dg.SensorResult(
-            run_requests=requests,
-            dynamic_partitions_requests=missing_partitions(
-                context.instance, (int(request.partition_key) for request in requests)
-            ),
-        )
+        return trigger_result(context, requests)
 
     return pipeline_schedules

@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, WebhookDelivery
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.sensors.common import id_cursor, missing_partitions, pipeline_run_request
+from pipelines_dagster.sensors.common import id_cursor, pipeline_run_request, trigger_result
 
 BATCH = 500
 
@@ -41,8 +41,4 @@ def pipeline_webhooks(context: dg.SensorEvaluationContext, app_db: AppDatabaseRe
         for delivery_id, pipeline_id, workspace_id, trigger_enabled, pipeline_enabled in rows
         if trigger_enabled and pipeline_enabled
     ]
-    return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=missing_partitions(context.instance, (int(r.partition_key) for r in requests)),
-        cursor=str(rows[-1][0]) if rows else context.cursor,
-    )
+    return trigger_result(context, requests, cursor=str(rows[-1][0]) if rows else context.cursor)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,11 +22,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.api import create_app
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.app_db.models import Base
 from pipelines_dagster.core import catalog
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.resources.blob_store import S3BlobStoreResource
 from pipelines_dagster.settings import Settings, load_settings
+from tests.support.processes import stop_group
 from tests.assets.conftest import Stack, embedded, production, stack, web  # noqa: F401  (fixtures)
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -130,12 +129,7 @@ def dagster_webserver(tmp_path_factory) -> Iterator[Webserver]:
         yield Webserver(url=url, instance=instance, engine=engine)
         instance.dispose()
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
         log.close()
         engine.dispose()
 
@@ -216,14 +210,6 @@ def new_tenant(
 def issue_token(sessions: sessionmaker[Session], workspace_id: int) -> str:
     with transaction(sessions) as session:
         return catalog.issue_api_token(session, workspace_id)
-
-
-def row_counts(engine: sa.Engine) -> dict[str, int]:
-    with engine.connect() as conn:
-        return {
-            table.name: conn.scalar(sa.select(sa.func.count()).select_from(table))
-            for table in Base.metadata.sorted_tables
-        }
 
 
 @pytest.fixture

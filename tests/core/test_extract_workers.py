@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines_dagster.core.extract import extract_page
+from pipelines_dagster.core.extract import Extracted, extract_page
 from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
 from tests.support.web import html_document
 
@@ -32,7 +32,7 @@ def workers() -> Iterator[ExtractionWorkers]:
     started.close()
 
 
-def extract(workers: ExtractionWorkers, body: bytes, media_type: str = "text/html") -> object:
+def extract(workers: ExtractionWorkers, body: bytes, media_type: str = "text/html") -> Extracted:
     return workers.extract(body, media_type=media_type, charset="utf-8", url="https://docs.example.com/workers")
 
 
@@ -40,7 +40,7 @@ def test_a_worker_extracts_exactly_what_the_crawler_would_in_process(workers: Ex
     for body, media_type in ((PAGE, "text/html"), ("plain text, kept as it is\n".encode(), "text/plain")):
         in_process = extract_page(body, media_type=media_type, charset="utf-8", url="https://docs.example.com/workers")
         assert extract(workers, body, media_type) == in_process
-    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+    assert extract(workers, PAGE).content_hash is not None
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a process's environment from /proc (Linux)")
@@ -50,7 +50,7 @@ def test_a_worker_inherits_no_secrets_from_the_environment(monkeypatch: pytest.M
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
     workers = ExtractionWorkers(1, timeout=60)
     try:
-        assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+        assert extract(workers, PAGE).content_hash is not None
         [pid] = workers.pids
         with open(f"/proc/{pid}/environ", "rb") as environ:
             names = {entry.split(b"=", 1)[0].decode() for entry in environ.read().split(b"\0") if entry}
@@ -68,7 +68,7 @@ def test_an_overrunning_page_is_stopped_and_its_worker_replaced(workers: Extract
         extract(workers, HUGE_PAGE)
     assert_exited(before)
     workers.timeout = 60
-    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+    assert extract(workers, PAGE).content_hash is not None
     assert workers.pids != [before]
 
 
@@ -91,7 +91,7 @@ def test_a_worker_killed_mid_page_fails_that_page_only(workers: ExtractionWorker
     assert [str(failure) for failure in failures] == [
         "the text extraction worker died while extracting this page (exit code -9)"
     ]
-    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+    assert extract(workers, PAGE).content_hash is not None
     assert workers.pids != [pid]
 
 
@@ -100,7 +100,7 @@ def test_a_worker_that_died_while_idle_is_replaced_before_the_next_page(workers:
     [pid] = workers.pids
     os.kill(pid, signal.SIGKILL)
     assert_exited(pid)
-    assert extract(workers, PAGE).content_hash is not None  # type: ignore[attr-defined]
+    assert extract(workers, PAGE).content_hash is not None
 
 
 def test_close_stops_every_worker_and_later_pages_are_refused() -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 import pytest
 
-from pipelines_dagster.app_db.engine import session_factory, transaction
+from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name

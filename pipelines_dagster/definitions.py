@@ -34,4 +34,5 @@ defs = dg.Definitions(
         *lock_release_sensors,
     ],
     resources=build_resources(settings),
+    executor=dg.in_process_executor,
 )

@@ -131,8 +131,9 @@ class CrawlOutcome:
 class Crawler:
     """Crawls URLs into outcomes.
 
-    Extraction runs in worker processes (`extract_workers`), started as soon as a crawl meets a
-    page it has no previous fetch of, and kept for later crawls until close().
+    Extraction runs in up to `extract_workers` worker processes: the first starts as soon as a
+    crawl meets a page it has no previous fetch of, more only while pages wait for extraction,
+    and all are kept for later crawls until close().
     """
 
     def __init__(self, config: CrawlerConfig, *, resolver: Resolver | None = None) -> None:

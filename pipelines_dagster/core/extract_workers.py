@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any, BinaryIO
 
 from pipelines_dagster.core.extract import Extracted, extract_page
@@ -211,43 +211,53 @@ class _Worker:
 
 
 class ExtractionWorkers:
-    """`count` extraction worker processes, started at once, and a thread per worker to wait on them.
+    """Up to `count` extraction worker processes, and a thread per worker to wait on them.
 
+    One worker starts at once; another only when a page finds every started worker busy, so a
+    crawl of a page or two pays for one worker's start-up (about 0.1 CPU-second), not one per core.
     A worker that dies or overruns `timeout` on a page fails that page only and is replaced.
     """
 
     def __init__(self, count: int, *, timeout: float) -> None:
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
+        self.count = count
         self.timeout = timeout
         self._lock = threading.Lock()
         self._closed = False
         self._idle: SimpleQueue[_Worker] = SimpleQueue()
         self._workers: list[_Worker] = []
         self._threads = ThreadPoolExecutor(max_workers=count, thread_name_prefix="extract")
-        try:
-            for _ in range(count):
-                self._idle.put(self._start())
-        except BaseException:
-            self.close()
-            raise
-
-    def _start(self) -> _Worker:
         with self._lock:
-            if self._closed:
-                raise ExtractionError("the text extraction workers were stopped")
-            try:
-                worker = _Worker()
-            except OSError as exc:
-                raise ExtractionError(f"the text extraction workers could not start: {exc}") from None
-            self._workers.append(worker)
-            return worker
+            self._idle.put(self._spawn())
+
+    def _take(self) -> _Worker:
+        """An idle worker; a new one when all are busy and there is room for one, else the next freed."""
+        try:
+            return self._idle.get_nowait()
+        except Empty:
+            pass
+        with self._lock:
+            if len(self._workers) < self.count:
+                return self._spawn()
+        return self._idle.get()
+
+    def _spawn(self) -> _Worker:
+        """Start a worker; the caller holds the lock."""
+        if self._closed:
+            raise ExtractionError("the text extraction workers were stopped")
+        try:
+            worker = _Worker()
+        except OSError as exc:
+            raise ExtractionError(f"the text extraction workers could not start: {exc}") from None
+        self._workers.append(worker)
+        return worker
 
     def _replace(self, dead: _Worker) -> _Worker:
         with self._lock:
             if dead in self._workers:
                 self._workers.remove(dead)
-        return self._start()
+            return self._spawn()
 
     @property
     def pids(self) -> list[int]:
@@ -256,7 +266,7 @@ class ExtractionWorkers:
 
     def extract(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
         """Extract one page in the next idle worker, blocking until one is free."""
-        worker = self._idle.get()
+        worker = self._take()
         try:
             if not worker.alive:  # stopped after its last page, or died since
                 worker = self._replace(worker)

@@ -103,8 +103,37 @@ def test_a_worker_that_died_while_idle_is_replaced_before_the_next_page(workers:
     assert extract(workers, PAGE).content_hash is not None
 
 
+def test_a_second_worker_starts_only_when_a_page_finds_the_first_busy() -> None:
+    workers = ExtractionWorkers(2, timeout=60)
+    try:
+        [first] = workers.pids
+        for _ in range(3):  # one page at a time never needs a second worker
+            extract(workers, PAGE)
+        assert workers.pids == [first]
+        busy = threading.Thread(target=extract, args=(workers, HUGE_PAGE))
+        busy.start()
+        time.sleep(0.3)  # the first worker is now inside the huge page
+        assert extract(workers, PAGE).content_hash is not None
+        assert len(workers.pids) == 2 and first in workers.pids
+        # Both busy at once again: the third page waits for one of them instead of starting a third.
+        pages = [threading.Thread(target=extract, args=(workers, HUGE_PAGE)) for _ in range(3)]
+        for thread in pages:
+            thread.start()
+        time.sleep(0.3)
+        assert len(workers.pids) == 2
+        for thread in [busy, *pages]:
+            thread.join(timeout=120)
+    finally:
+        workers.close()
+
+
 def test_close_stops_every_worker_and_later_pages_are_refused() -> None:
     workers = ExtractionWorkers(2, timeout=60)
+    busy = threading.Thread(target=extract, args=(workers, HUGE_PAGE))
+    busy.start()
+    time.sleep(0.3)
+    extract(workers, PAGE)  # the first worker is busy: a second starts
+    busy.join(timeout=60)
     pids = workers.pids
     assert len(pids) == 2
     workers.close()

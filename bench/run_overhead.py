@@ -1,0 +1,341 @@
+"""Per-run overhead, measured as a user waits for it: through the real daemon (`dagster dev` with
+deploy/dagster.yaml, the embedded default) with two code locations side by side, in one run:
+
+  (a) the floor: a trivial partitioned asset (bench/_floor.py, its own code location) fired for N
+      partitions by a sensor: Dagster's own cost of a run on this machine;
+  (b) ours: N one-page KB pipelines, each over its own connector, fired by one domain event; timed
+      from the event to the end of the last run;
+  (c) one 2-page manual run launched through the webserver: RUN_START -> RUN_SUCCESS, and the crawl
+      step inside it.
+
+Targets (issue 10): (b) >= 0.8 x (a) in runs per minute; (c) ends <= 3 s after it starts. Exits 1 when
+a target is missed or a run did not succeed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from _corpus import KiB, free_port, served_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SEED = 20261201
+RATIO_TARGET = 0.8
+MANUAL_TARGET_SECONDS = 3.0
+LOCATIONS = ("pipelines_dagster", "floor")
+
+WORKSPACE_YAML = """load_from:
+  - python_module:
+      module_name: pipelines_dagster.definitions
+      working_directory: {repo}
+      location_name: pipelines_dagster
+  - python_file:
+      relative_path: {floor}
+      working_directory: {bench}
+      location_name: floor
+"""
+LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries {
+  name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+
+
+def cpu_snapshot(root_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by each part of a `dagster dev` tree. "runs" counts the finished run
+    processes (and their extraction workers) of every code server, which reaps them."""
+    import psutil
+
+    parts: dict[str, float] = {}
+    root = psutil.Process(root_pid)
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            command = " ".join(process.cmdline())
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        own = times.user + times.system
+        if " api grpc " in command:
+            parts["code servers"] = parts.get("code servers", 0.0) + own
+            parts["runs"] = parts.get("runs", 0.0) + times.children_user + times.children_system
+        elif "code-server start" in command:
+            parts["code servers"] = parts.get("code servers", 0.0) + own
+        elif "dagster._daemon" in command:
+            parts["daemon"] = parts.get("daemon", 0.0) + own
+        elif "dagster_webserver" in command:
+            parts["webserver"] = parts.get("webserver", 0.0) + own
+        elif process.pid == root_pid:
+            parts["dagster dev"] = own
+    return parts
+
+
+class CpuMeter:
+    """CPU seconds each part of the `dagster dev` tree used between enter and exit."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+
+    def __enter__(self) -> CpuMeter:
+        self._start = cpu_snapshot(self.root_pid)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        end = cpu_snapshot(self.root_pid)
+        self.parts = {name: end[name] - self._start.get(name, 0.0) for name in end}
+        self.total = sum(self.parts.values())
+
+    def describe(self, runs: int) -> str:
+        detail = ", ".join(f"{name} {seconds / runs:.2f}" for name, seconds in sorted(self.parts.items()))
+        return f"{self.total / runs:.2f} CPU-s per run ({detail})"
+
+
+def wait_for(what: str, check: Callable[[], Any], *, timeout: float, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(every)
+    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Deployment:
+    """`dagster dev` over both code locations in a temporary DAGSTER_HOME, and our app database."""
+
+    def __init__(self, root: Path, *, floor_executor: str) -> None:
+        self.root = root
+        self.home = root / "dagster-home"
+        self.home.mkdir()
+        shutil.copy(REPO / "deploy" / "dagster.yaml", self.home / "dagster.yaml")
+        self.trigger_file = root / "floor-trigger.json"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        (root / "workspace.yaml").write_text(
+            WORKSPACE_YAML.format(repo=REPO, bench=REPO / "bench", floor=REPO / "bench" / "_floor.py")
+        )
+        self.env = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINES_", "DAGSTER_"))}
+        self.env |= {
+            "DAGSTER_HOME": str(self.home),
+            "PIPELINES_DATA_DIR": str(root / "data"),
+            "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
+            "PIPELINES_DAGSTER_URL": self.url,
+            "FLOOR_TRIGGER_FILE": str(self.trigger_file),
+            "FLOOR_EXECUTOR": floor_executor,
+        }
+        # This process reads and writes the same app database and Dagster instance.
+        os.environ.update({key: self.env[key] for key in ("DAGSTER_HOME", "PIPELINES_DATA_DIR", "PIPELINES_DAGSTER_URL")})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import dagster as dg
+
+        from pipelines_dagster.app_db.engine import create_engine, session_factory
+        from pipelines_dagster.app_db.migrate import upgrade
+        from pipelines_dagster.settings import load_settings
+
+        self.settings = load_settings()
+        self.engine = create_engine(self.settings.resolved_database_url)
+        upgrade(self.engine)
+        self.sessions = session_factory(self.engine)
+        self.instance = dg.DagsterInstance.get()
+        self.log = (self.root / "dagster-dev.log").open("wb")
+        self.process = subprocess.Popen(
+            [str(BIN / "dagster"), "dev", "-w", str(self.root / "workspace.yaml"), "-h", "127.0.0.1",
+             "-p", str(self.port)],
+            cwd=self.root, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        wait_for("both code locations to load", self._locations_loaded, timeout=180, every=0.5)
+        # Every sensor has ticked once: the daemon is up and the next tick of each is at most 5 s away.
+        wait_for("the daemon's first sensor ticks", self._sensors_ticked, timeout=120, every=0.5)
+
+    def _locations_loaded(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise SystemExit(f"dagster dev exited with code {self.process.returncode}; see {self.log.name}")
+        try:
+            answer = httpx.post(f"{self.url}/graphql", json={"query": LOCATIONS_QUERY}, timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        entries = {entry["name"]: entry for entry in answer["data"]["workspaceOrError"]["locationEntries"]}
+        for name in LOCATIONS:
+            error = ((entries.get(name) or {}).get("locationOrLoadError") or {})
+            if error.get("__typename") == "PythonError":
+                raise SystemExit(f"code location {name} failed to load: {error['message']}")
+        return all((entries.get(name) or {}).get("loadStatus") == "LOADED" for name in LOCATIONS)
+
+    def _sensors_ticked(self) -> bool:
+        states = {state.name: state for state in self.instance.all_instigator_state()}
+        ticked = [
+            self.instance.get_ticks(states[name].instigator_origin_id, states[name].selector_id, limit=1)
+            for name in ("floor_sensor", "pipeline_events") if name in states
+        ]
+        return len(ticked) == 2 and all(ticked)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            import signal
+
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def finished_runs(self, tags: dict[str, str], count: int, *, timeout: float) -> list[Any]:
+        """The run records of `count` runs carrying `tags`, once all have finished."""
+        import dagster as dg
+
+        def done() -> list[Any] | None:
+            records = self.instance.get_run_records(dg.RunsFilter(tags=tags))
+            return records if len(records) >= count and all(r.dagster_run.is_finished for r in records) else None
+
+        return wait_for(f"{count} finished runs tagged {tags}", done, timeout=timeout, every=0.25)
+
+
+def seed_pipelines(deployment: Deployment, urls: list[str], *, pages_per_pipeline: int, count: int,
+                   event_type: str | None, name: str) -> tuple[int, list[int]]:
+    """A workspace with `count` KB pipelines, each over its own connector of `pages_per_pipeline` URLs."""
+    from pipelines_dagster import services
+    from pipelines_dagster.app_db.engine import transaction
+    from pipelines_dagster.core import catalog
+    from pipelines_dagster.core.triggers import create_event_trigger
+
+    pipeline_ids = []
+    with transaction(deployment.sessions) as session:
+        workspace_id = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{name}").workspace.id
+        for number in range(count):
+            chunk = urls[number * pages_per_pipeline:(number + 1) * pages_per_pipeline]
+            connector = catalog.create_connector(session, workspace_id=workspace_id, connector_type="webcrawler",
+                                                 urls=chunk, name=f"{name} site {number}")
+            pipeline = services.create_pipeline(session, deployment.instance, workspace_id=workspace_id,
+                                                connector_id=connector.id, name=f"{name} {number}",
+                                                folder_name=f"{name} docs")
+            if event_type is not None:
+                create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline.id,
+                                     event_type=event_type)
+            pipeline_ids.append(pipeline.id)
+    return workspace_id, pipeline_ids
+
+
+def rate(count: int, started: float, records: list[Any]) -> tuple[float, float]:
+    """(seconds from `started` to the end of the last run, runs per minute)."""
+    seconds = max(record.end_time for record in records) - started
+    return seconds, count / seconds * 60
+
+
+def succeeded(records: list[Any]) -> int:
+    import dagster as dg
+
+    return sum(record.dagster_run.status == dg.DagsterRunStatus.SUCCESS for record in records)
+
+
+def measure_floor(deployment: Deployment, count: int) -> dict[str, Any]:
+    batch = uuid.uuid4().hex[:8]
+    with CpuMeter(deployment.process.pid) as cpu:
+        started = time.time()
+        deployment.trigger_file.write_text(json.dumps({"batch": batch, "count": count}))
+        records = deployment.finished_runs({"floor_batch": batch}, count, timeout=60 * 30)
+    seconds, per_minute = rate(count, started, records)
+    return {"seconds": seconds, "per_minute": per_minute, "succeeded": succeeded(records), "cpu": cpu}
+
+
+def measure_ours(deployment: Deployment, workspace_id: int, count: int) -> dict[str, Any]:
+    from pipelines_dagster.app_db.engine import transaction
+    from pipelines_dagster.core.triggers import emit_event
+
+    with CpuMeter(deployment.process.pid) as cpu:
+        started = time.time()
+        with transaction(deployment.sessions) as session:
+            event_id = emit_event(session, workspace_id=workspace_id, event_type="refresh.requested",
+                                  payload={"reason": "run overhead bench"}).id
+        records = deployment.finished_runs({"event_id": str(event_id)}, count, timeout=60 * 30)
+    seconds, per_minute = rate(count, started, records)
+    return {"seconds": seconds, "per_minute": per_minute, "succeeded": succeeded(records), "cpu": cpu,
+            "run_ids": [record.dagster_run.run_id for record in records]}
+
+
+def measure_manual(deployment: Deployment, workspace_id: int, pipeline_id: int) -> dict[str, Any]:
+    from pipelines_dagster.launch import launch_pipeline_run
+
+    run_id = launch_pipeline_run(deployment.sessions, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    record = wait_for("the manual run to finish", lambda: _finished_record(deployment, run_id), timeout=300)
+    steps = {stat.step_key: stat for stat in deployment.instance.get_run_step_stats(run_id)}
+    crawl = steps.get("crawl_results")
+    return {
+        "succeeded": succeeded([record]),
+        "run_seconds": record.end_time - record.start_time,
+        "crawl_step_seconds": (crawl.end_time - crawl.start_time) if crawl and crawl.end_time else None,
+        "steps": len(steps),
+    }
+
+
+def _finished_record(deployment: Deployment, run_id: str) -> Any:
+    import dagster as dg
+
+    records = deployment.instance.get_run_records(dg.RunsFilter(run_ids=[run_id]))
+    return records[0] if records and records[0].dagster_run.is_finished else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=40, help="runs in (a) and (b); at least 40")
+    parser.add_argument("--floor-executor", choices=("multiprocess", "in_process"), default="in_process",
+                        help="the floor job's executor")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, storage)")
+    args = parser.parse_args()
+    if args.runs < 40:
+        parser.error("the issue asks for at least 40 runs")
+
+    with ExitStack() as stack:
+        root = Path(tempfile.mkdtemp(prefix="run-overhead-"))
+        if not args.keep:
+            stack.callback(shutil.rmtree, root, ignore_errors=True)
+        server, urls = stack.enter_context(served_corpus(pages=args.runs + 2, min_bytes=50 * KiB, seed=SEED))
+        deployment = Deployment(root, floor_executor=args.floor_executor)
+        stack.callback(deployment.stop)
+        deployment.start()
+        workspace_id, _ = seed_pipelines(deployment, urls[:args.runs], pages_per_pipeline=1, count=args.runs,
+                                         event_type="refresh.requested", name="overhead")
+        manual_workspace, [manual_pipeline] = seed_pipelines(deployment, urls[args.runs:], pages_per_pipeline=2,
+                                                             count=1, event_type=None, name="manual")
+        print(f"dagster dev over 2 code locations, DAGSTER_HOME {deployment.home} (deploy/dagster.yaml); "
+              f"{args.runs} runs in (a) and (b)")
+        floor = measure_floor(deployment, args.runs)
+        print(f"(a) floor, trivial asset ({args.floor_executor} executor): {floor['per_minute']:5.1f} runs/min "
+              f"({args.runs} runs in {floor['seconds']:.1f} s, {floor['succeeded']} succeeded, "
+              f"{floor['cpu'].describe(args.runs)})")
+        ours = measure_ours(deployment, workspace_id, args.runs)
+        print(f"(b) ours, one event -> {args.runs} one-page KB pipelines: {ours['per_minute']:5.1f} runs/min "
+              f"({args.runs} runs in {ours['seconds']:.1f} s, {ours['succeeded']} succeeded, "
+              f"{ours['cpu'].describe(args.runs)})")
+        manual = measure_manual(deployment, manual_workspace, manual_pipeline)
+        print(f"(c) one 2-page manual run: RUN_START -> RUN_SUCCESS {manual['run_seconds']:.2f} s, crawl step "
+              f"{manual['crawl_step_seconds']:.2f} s, {manual['steps']} steps")
+
+    ratio = ours["per_minute"] / floor["per_minute"]
+    failures = []
+    if ratio < RATIO_TARGET:
+        failures.append(f"(b)/(a) = {ratio:.2f} is below {RATIO_TARGET}")
+    if manual["run_seconds"] > MANUAL_TARGET_SECONDS:
+        failures.append(f"(c) took {manual['run_seconds']:.2f} s, over {MANUAL_TARGET_SECONDS:g} s")
+    for name, result, expected in (("(a)", floor, args.runs), ("(b)", ours, args.runs), ("(c)", manual, 1)):
+        if result["succeeded"] != expected:
+            failures.append(f"{name}: {result['succeeded']} of {expected} runs succeeded")
+    print(f"(b)/(a) = {ratio:.2f} (target >= {RATIO_TARGET})")
+    print("FAIL: " + "; ".join(failures) if failures else "PASS")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,6 +8,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.checks import asset_checks
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
+from pipelines_dagster.batch import pipeline_batch
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources import build_resources
 from pipelines_dagster.schedules import build_maintenance_schedule, maintenance
@@ -24,10 +25,10 @@ settings = load_settings()
 defs = dg.Definitions(
     assets=[crawl_results, kb_documents, page_changes],
     asset_checks=asset_checks,
-    jobs=[pipeline_run, maintenance],
+    jobs=[pipeline_run, pipeline_batch, maintenance],
     schedules=[build_maintenance_schedule(retention_days=settings.retention_days)],
     sensors=[
-        build_schedule_sensor(batch_size=settings.schedule_batch_size),
+        build_schedule_sensor(batch_size=settings.schedule_batch_size, run_batch_size=settings.run_batch_size),
         pipeline_webhooks,
         pipeline_events,
         pipeline_partitions_sync,

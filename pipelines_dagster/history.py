@@ -1,10 +1,15 @@
-"""Run history of one workspace, read from the Dagster instance: run records, then the event log for counts and errors."""
+"""Run history of one workspace, read from the Dagster instance: run records, then the event log for counts and errors.
+
+A `pipeline_run` run is one entry. A `pipeline_batch` run is an entry per pipeline it covers, whose
+state is that pipeline's own: its materializations and the failure it logged.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import dagster as dg
 import pydantic
@@ -14,6 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.page_changes import page_changes
+from pipelines_dagster.batch import ERROR, OP_NAME, pipeline_batch
+from pipelines_dagster.jobs import MEMBER, member_pipeline_tag, member_workspace_tag
 from pipelines_dagster.launch import PARTITION_TAG
 from pipelines_dagster.partitions import partition_key
 
@@ -38,7 +46,19 @@ RUN_STATUS: Mapping[dg.DagsterRunStatus, RunStatus] = {
 DAGSTER_STATUSES: Mapping[RunStatus, list[dg.DagsterRunStatus]] = {
     status: [dagster for dagster, ours in RUN_STATUS.items() if ours == status] for status in get_args(RunStatus)
 }
+# The statuses a batch run can be in while one of its pipelines is in a status: a pipeline's
+# status in a batch is its own, so a failed batch run holds succeeded pipelines.
+BATCH_RUN_STATUSES: Mapping[RunStatus, list[dg.DagsterRunStatus]] = {
+    "queued": [*DAGSTER_STATUSES["queued"], dg.DagsterRunStatus.STARTED],
+    "running": DAGSTER_STATUSES["running"],
+    "succeeded": [*DAGSTER_STATUSES["running"], *DAGSTER_STATUSES["succeeded"], *DAGSTER_STATUSES["failed"],
+                  *DAGSTER_STATUSES["canceled"]],
+    "failed": [*DAGSTER_STATUSES["running"], *DAGSTER_STATUSES["failed"], *DAGSTER_STATUSES["canceled"]],
+    "canceled": DAGSTER_STATUSES["canceled"],
+}
 STEP_STATUS = {"SUCCESS": "succeeded", "FAILURE": "failed", "SKIPPED": "skipped", "IN_PROGRESS": "running"}
+# The assets a pipeline's run materializes, in the order its steps run.
+STEP_ASSETS = (crawl_results.key, kb_documents.key, page_changes.key)
 
 MAX_LIMIT = 100
 WORKSPACE_TAG = "workspace_id"
@@ -93,11 +113,97 @@ class RunPage(pydantic.BaseModel):
     next_cursor: str | None
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """One pipeline of one run: all of a `pipeline_run`, or one pipeline of a `pipeline_batch`."""
+
+    record: dg.RunRecord
+    pipeline_id: int
+    batch: bool
+
+    @property
+    def run(self) -> dg.DagsterRun:
+        return self.record.dagster_run
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.run.run_id, self.pipeline_id
+
+    @property
+    def cursor(self) -> str:
+        """Where the next page starts: after this run, or after this pipeline of a batch run."""
+        return f"{self.run.run_id}_{self.pipeline_id}" if self.batch else self.run.run_id
+
+
+@dataclass(frozen=True)
+class _MemberEvents:
+    """What one pipeline of a batch run logged: its materializations and failures, by asset."""
+
+    materializations: Mapping[dg.AssetKey, dg.EventLogRecord]
+    failures: Mapping[dg.AssetKey, dg.EventLogRecord]
+
+    def metadata(self, asset_key: dg.AssetKey) -> Mapping[str, dg.MetadataValue]:
+        record = self.materializations.get(asset_key)
+        return record.asset_materialization.metadata if record and record.asset_materialization else {}
+
+    @property
+    def started_at(self) -> float | None:
+        for record in (self.materializations.get(crawl_results.key), *self.failures.values()):
+            event = record.asset_event if record else None
+            if event is not None and "started_at" in event.metadata:
+                return float(event.metadata["started_at"].value)
+        return None
+
+    @property
+    def finished_at(self) -> float | None:
+        stamps = [record.timestamp for record in (*self.materializations.values(), *self.failures.values())]
+        return max(stamps) if stamps else None
+
+    @property
+    def error(self) -> str | None:
+        errors = [
+            str(self.failures[key].asset_observation.metadata[ERROR].value)
+            for key in STEP_ASSETS
+            if key in self.failures and self.failures[key].asset_observation is not None
+        ]
+        return "; ".join(errors) or None
+
+    def status(self, run: dg.DagsterRun) -> RunStatus:
+        if self.failures:
+            return "failed"
+        if page_changes.key in self.materializations:  # its last step
+            return "succeeded"
+        if run.status == dg.DagsterRunStatus.STARTED:
+            return "running" if self.materializations else "queued"
+        return RUN_STATUS[run.status]
+
+    def steps(self) -> list[StepSummary]:
+        steps, started = [], self.started_at
+        for key in STEP_ASSETS:
+            record = self.failures.get(key) or self.materializations.get(key)
+            if record is None:
+                continue
+            failed = key in self.failures
+            steps.append(
+                StepSummary(
+                    step_key=key.to_user_string(),
+                    status="failed" if failed else "succeeded",
+                    started_at=_from_timestamp(started),
+                    finished_at=_from_timestamp(record.timestamp),
+                    attempts=1,
+                    error=str(record.asset_observation.metadata[ERROR].value) if failed else None,
+                )
+            )
+            started = record.timestamp
+        return steps
+
+
 class RunHistory:
     """What ran for a workspace, newest first; a run of another workspace is never read as one of its own.
 
     A run belongs to a workspace by its `workspace_id` tag, or, for a launch from the Dagster UI
     (which carries only `dagster/partition`), by its partition being one of the workspace's pipelines.
+    A batch run is listed once for each of its pipelines that is the workspace's (by its run config).
     """
 
     def __init__(
@@ -122,28 +228,44 @@ class RunHistory:
         if status is not None and status not in DAGSTER_STATUSES:
             raise ValueError(f"status must be one of {', '.join(DAGSTER_STATUSES)}, got {status!r}")
         names = self._pipeline_names(workspace_id, pipeline_id)
-        records = self._run_records(
-            workspace_id,
-            names,
-            pipeline_id=pipeline_id,
-            statuses=DAGSTER_STATUSES[status] if status else None,
-            limit=limit + 1,
-            cursor=cursor,
-        )
-        page = records[:limit]
-        return RunPage(
-            runs=self._views(workspace_id, page, names),
-            next_cursor=page[-1].dagster_run.run_id if len(records) > limit else None,
-        )
+        after_run, _, after_pipeline = (cursor or "").partition("_")
+        fetch = dict(workspace_id=workspace_id, pipelines=names, pipeline_id=pipeline_id, status=status)
+        records = self._run_records(**fetch, limit=limit + 1, cursor=after_run or None)
+        entries = self._entries(workspace_id, records, pipeline_id)
+        if after_pipeline.isdigit():
+            # The page before ended inside this batch run: its later pipelines come first.
+            resumed = self._entries(workspace_id, self._run_records(**fetch, limit=1, run_ids=[after_run]), pipeline_id)
+            entries = [entry for entry in resumed if entry.pipeline_id > int(after_pipeline)] + entries
+        listed = [
+            (entry, view)
+            for entry, view in zip(entries, self._views(workspace_id, entries, names), strict=True)
+            if status is None or view.status == status
+        ]
+        if len(listed) > limit:
+            listed = listed[:limit]
+            next_cursor = listed[-1][0].cursor
+        else:
+            # Every entry of the runs read was looked at; more runs may follow the last of them.
+            last = entries[-1].cursor if entries else records[-1].dagster_run.run_id if records else None
+            next_cursor = last if len(records) > limit else None
+        return RunPage(runs=[view for _, view in listed], next_cursor=next_cursor)
 
-    def get_run(self, workspace_id: int, run_id: str) -> PipelineRunDetail | None:
-        """The run with its steps, or None when it is unknown or another workspace's."""
+    def get_run(self, workspace_id: int, run_id: str, *, pipeline_id: int | None = None) -> PipelineRunDetail | None:
+        """The run with its steps (for a batch run, those of `pipeline_id`, by default its first pipeline
+        of the workspace), or None when it is unknown or another workspace's."""
         names = self._pipeline_names(workspace_id)
         records = self._run_records(workspace_id, names, run_ids=[run_id], limit=1)
-        if not records:
+        entries = [
+            entry for entry in self._entries(workspace_id, records, None)
+            if pipeline_id is None or entry.pipeline_id == pipeline_id
+        ]
+        if not entries:
             return None
-        [view] = self._views(workspace_id, records, names)
-        return PipelineRunDetail(**view.model_dump(), steps=self._steps(run_id))
+        entry = entries[0]
+        members = self._member_events([entry] if entry.batch else [])
+        [view] = self._views(workspace_id, [entry], names, members=members)
+        steps = members[entry.key].steps() if entry.batch else self._steps(run_id)
+        return PipelineRunDetail(**view.model_dump(), steps=steps)
 
     def _pipeline_names(self, workspace_id: int, pipeline_id: int | None = None) -> dict[int, str]:
         query = sa.select(Pipeline.id, Pipeline.name).where(Pipeline.workspace_id == workspace_id)
@@ -159,19 +281,30 @@ class RunHistory:
         *,
         limit: int,
         pipeline_id: int | None = None,
-        statuses: Sequence[dg.DagsterRunStatus] | None = None,
+        status: str | None = None,
         run_ids: Sequence[str] | None = None,
         cursor: str | None = None,
     ) -> list[dg.RunRecord]:
-        """The newest `limit` runs of the workspace: those tagged with it, and UI launches of its pipelines."""
+        """The newest `limit` runs of the workspace: those tagged with it, UI launches of its pipelines,
+        and batch runs that cover any of them."""
+        statuses = DAGSTER_STATUSES[status] if status else None
         # The pipeline's tag first: Dagster joins run_tags once per tag in this order, and with
         # stale statistics PostgreSQL starts from the first join, so it reads the pipeline's
         # runs instead of all of its workspace's (6 ms instead of 0.5 ms at 10,000 runs).
         tagged = {PIPELINE_TAG: partition_key(pipeline_id)} if pipeline_id is not None else {}
         tagged[WORKSPACE_TAG] = str(workspace_id)
-        records = self._instance.get_run_records(
-            dg.RunsFilter(run_ids=run_ids, statuses=statuses, tags=tagged), limit=limit, cursor=cursor
-        )
+        members = {member_pipeline_tag(pipeline_id): MEMBER} if pipeline_id is not None else {}
+        members[member_workspace_tag(workspace_id)] = MEMBER
+        records = [
+            *self._instance.get_run_records(
+                dg.RunsFilter(run_ids=run_ids, statuses=statuses, tags=tagged), limit=limit, cursor=cursor
+            ),
+            *self._instance.get_run_records(
+                dg.RunsFilter(run_ids=run_ids, statuses=BATCH_RUN_STATUSES[status] if status else None, tags=members),
+                limit=limit,
+                cursor=cursor,
+            ),
+        ]
         if pipelines:
             partitions = [partition_key(pipeline) for pipeline in pipelines]
             by_partition = self._instance.get_run_records(
@@ -180,33 +313,67 @@ class RunHistory:
                 cursor=cursor,
             )
             # A run tagged with a workspace is that workspace's, whichever partition it ran.
-            records = [*records, *(r for r in by_partition if WORKSPACE_TAG not in r.dagster_run.tags)]
+            records += [r for r in by_partition if WORKSPACE_TAG not in r.dagster_run.tags]
         unique = {record.dagster_run.run_id: record for record in records}
         return sorted(unique.values(), key=lambda record: record.storage_id, reverse=True)[:limit]
 
-    def _views(
-        self, workspace_id: int, records: Sequence[dg.RunRecord], names: Mapping[int, str]
-    ) -> list[PipelineRunView]:
-        pipeline_ids = {record.dagster_run.run_id: _pipeline_id(record.dagster_run) for record in records}
-        crawls = self._materializations(crawl_results.key, records, pipeline_ids)
-        documents = self._materializations(kb_documents.key, records, pipeline_ids)
-        errors = self._failures(records)
-        views = []
+    def _entries(self, workspace_id: int, records: Sequence[dg.RunRecord], pipeline_id: int | None) -> list[_Entry]:
+        entries = []
         for record in records:
             run = record.dagster_run
-            crawl = crawls.get(run.run_id, {})
-            kb = documents.get(run.run_id, {})
+            if run.job_name != pipeline_batch.name:
+                entries.append(_Entry(record, _pipeline_id(run), batch=False))
+                continue
+            # The run config says whose each pipeline is, also after a pipeline was deleted.
+            members = sorted(
+                member["pipeline_id"]
+                for member in _batch_members(run)
+                if member["workspace_id"] == workspace_id and pipeline_id in (None, member["pipeline_id"])
+            )
+            entries.extend(_Entry(record, member, batch=True) for member in members)
+        return entries
+
+    def _views(
+        self,
+        workspace_id: int,
+        entries: Sequence[_Entry],
+        names: Mapping[int, str],
+        *,
+        members: Mapping[tuple[str, int], _MemberEvents] | None = None,
+    ) -> list[PipelineRunView]:
+        single = [entry for entry in entries if not entry.batch]
+        crawls = self._asset_records(self._instance.fetch_materializations, crawl_results.key, single)
+        documents = self._asset_records(self._instance.fetch_materializations, kb_documents.key, single)
+        if members is None:
+            members = self._member_events([entry for entry in entries if entry.batch])
+        errors = self._failures(list({entry.run.run_id: entry.record for entry in entries}.values()))
+        views = []
+        for entry in entries:
+            run, record = entry.run, entry.record
+            if entry.batch:
+                events = members[entry.key]
+                status = events.status(run)
+                crawl, kb = events.metadata(crawl_results.key), events.metadata(kb_documents.key)
+                started_at = _from_timestamp(events.started_at)
+                done = status in ("succeeded", "failed", "canceled")
+                finished_at = _from_timestamp((events.finished_at or record.end_time) if done else None)
+                error = events.error or (errors.get(run.run_id) if status == "failed" else None)
+            else:
+                status = RUN_STATUS[run.status]
+                crawl, kb = _metadata(crawls.get(entry.key)), _metadata(documents.get(entry.key))
+                started_at, finished_at = _from_timestamp(record.start_time), _from_timestamp(record.end_time)
+                error = errors.get(run.run_id)
             views.append(
                 PipelineRunView(
                     run_id=run.run_id,
-                    pipeline_id=pipeline_ids[run.run_id],
-                    pipeline_name=names.get(pipeline_ids[run.run_id]),
+                    pipeline_id=entry.pipeline_id,
+                    pipeline_name=names.get(entry.pipeline_id),
                     workspace_id=workspace_id,
-                    status=RUN_STATUS[run.status],
+                    status=status,
                     trigger=run.tags.get(TRIGGER_TAG),
                     created_at=_utc(record.create_timestamp),
-                    started_at=_from_timestamp(record.start_time),
-                    finished_at=_from_timestamp(record.end_time),
+                    started_at=started_at,
+                    finished_at=finished_at,
                     crawls_attempted=_int(crawl, "urls_attempted"),
                     crawls_succeeded=_int(crawl, "urls_succeeded"),
                     crawls_empty=_int(crawl, "urls_empty"),
@@ -216,37 +383,67 @@ class RunHistory:
                     documents_unchanged=_int(kb, "documents_unchanged"),
                     charged_micros=_int(crawl, "charged_micros"),
                     blob_key=_str(crawl, "blob_key"),
-                    error=errors.get(run.run_id),
+                    error=error,
                     dagster_url=f"{self._ui_base_url}/runs/{run.run_id}" if self._ui_base_url else None,
                 )
             )
         return views
 
-    def _materializations(
-        self, asset_key: dg.AssetKey, records: Sequence[dg.RunRecord], pipeline_ids: Mapping[str, int]
-    ) -> dict[str, Mapping[str, dg.MetadataValue]]:
-        """The asset's materialization metadata per run of the page, from one event-log query.
+    def _member_events(self, entries: Sequence[_Entry]) -> dict[tuple[str, int], _MemberEvents]:
+        """What each pipeline of the page's batch runs logged, from a query per asset and event kind."""
+        if not entries:
+            return {}
+        fetched = {
+            (kind, asset_key): self._asset_records(fetch, asset_key, entries)
+            for kind, fetch in (("materialization", self._instance.fetch_materializations),
+                                ("observation", self._instance.fetch_observations))
+            for asset_key in STEP_ASSETS
+        }
+        return {
+            entry.key: _MemberEvents(
+                materializations={
+                    key: record for key in STEP_ASSETS if (record := fetched["materialization", key].get(entry.key))
+                },
+                failures={
+                    key: record
+                    for key in STEP_ASSETS
+                    if (record := fetched["observation", key].get(entry.key))
+                    and record.asset_observation is not None
+                    and ERROR in record.asset_observation.metadata
+                },
+            )
+            for entry in entries
+        }
+
+    def _asset_records(
+        self,
+        fetch: Callable[..., dg.EventRecordsResult],
+        asset_key: dg.AssetKey,
+        entries: Sequence[_Entry],
+    ) -> dict[tuple[str, int], dg.EventLogRecord]:
+        """The asset's event per (run, pipeline) of the page, from one event-log query.
 
         The event log filters by asset partition and time, not by run: asking for the page's
         pipelines between the first start and the last end of its runs reads the page's own
         events plus at most those of the same pipelines' runs that overlapped them.
         """
-        started = [record for record in records if record.start_time is not None]
+        started = [entry for entry in entries if entry.record.start_time is not None]
         if not started:
             return {}
-        ends = [record.end_time for record in started]
+        ends = [entry.record.end_time for entry in started]
         records_filter = dg.AssetRecordsFilter(
             asset_key=asset_key,
-            asset_partitions=sorted({partition_key(pipeline_ids[r.dagster_run.run_id]) for r in started}),
-            after_timestamp=min(record.start_time for record in started) - CLOCK_MARGIN_SECONDS,
+            asset_partitions=sorted({partition_key(entry.pipeline_id) for entry in started}),
+            after_timestamp=min(entry.record.start_time for entry in started) - CLOCK_MARGIN_SECONDS,
             before_timestamp=None if None in ends else max(ends) + CLOCK_MARGIN_SECONDS,
         )
-        wanted = {record.dagster_run.run_id for record in started}
-        metadata: dict[str, Mapping[str, dg.MetadataValue]] = {}
-        for event in _all_records(self._instance.fetch_materializations, records_filter):
-            if event.run_id in wanted and event.asset_materialization is not None:
-                metadata.setdefault(event.run_id, event.asset_materialization.metadata)
-        return metadata
+        wanted = {entry.key for entry in started}
+        found: dict[tuple[str, int], dg.EventLogRecord] = {}
+        for event in _all_records(fetch, records_filter):
+            key = (event.run_id, int(event.partition_key or 0))
+            if key in wanted:
+                found.setdefault(key, event)
+        return found
 
     def _failures(self, records: Sequence[dg.RunRecord]) -> dict[str, str]:
         """The first error of each failed run of the page, from one query of run failure events."""
@@ -301,6 +498,16 @@ def _all_records(
         if not result.has_more:
             return
         cursor = result.cursor
+
+
+def _batch_members(run: dg.DagsterRun) -> list[dict[str, Any]]:
+    """The pipelines of a batch run with their workspaces, from the run config the sensor gave it."""
+    return run.run_config.get("ops", {}).get(OP_NAME, {}).get("config", {}).get("pipelines", [])
+
+
+def _metadata(record: dg.EventLogRecord | None) -> Mapping[str, dg.MetadataValue]:
+    materialization = record.asset_materialization if record else None
+    return materialization.metadata if materialization else {}
 
 
 def _pipeline_id(run: dg.DagsterRun) -> int:

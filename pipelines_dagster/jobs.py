@@ -1,5 +1,7 @@
 """Jobs: `pipeline_run` crawls a pipeline's partition, records its page changes and, for KB pipelines, indexes it."""
 
+from collections.abc import Iterable, Mapping
+
 import dagster as dg
 
 from pipelines_dagster.assets.crawl_results import crawl_results
@@ -27,3 +29,38 @@ def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str) -> dict[str, 
         "workspace_id": str(workspace_id),
         "trigger": trigger,
     }
+
+
+# A batch run (`pipeline_batch`) carries a tag for each pipeline and workspace it covers, so the run
+# history of either finds it by tag, as it finds a single run by its pipeline_id and workspace_id.
+MEMBER = "member"
+_MEMBER_PIPELINE_PREFIX = "pipeline/"
+_MEMBER_WORKSPACE_PREFIX = "workspace/"
+
+
+def member_pipeline_tag(pipeline_id: int) -> str:
+    return f"{_MEMBER_PIPELINE_PREFIX}{pipeline_id}"
+
+
+def member_workspace_tag(workspace_id: int) -> str:
+    return f"{_MEMBER_WORKSPACE_PREFIX}{workspace_id}"
+
+
+def batch_tags(members: Iterable[tuple[int, int]], *, trigger: str) -> dict[str, str]:
+    """The tags of a batch run over (pipeline id, workspace id) pairs."""
+    if trigger not in TRIGGERS:
+        raise ValueError(f"unknown trigger {trigger!r}; use one of {', '.join(TRIGGERS)}")
+    tags = {"trigger": trigger}
+    for pipeline_id, workspace_id in members:
+        tags[member_pipeline_tag(pipeline_id)] = MEMBER
+        tags[member_workspace_tag(workspace_id)] = MEMBER
+    return tags
+
+
+def batch_pipeline_ids(tags: Mapping[str, str]) -> list[int]:
+    """The pipelines a batch run covers, from its tags."""
+    return sorted(
+        int(key.removeprefix(_MEMBER_PIPELINE_PREFIX))
+        for key, value in tags.items()
+        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and key[len(_MEMBER_PIPELINE_PREFIX):].isdigit()
+    )

@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     billing_enabled: bool = False
     micros_per_crawl: int = Field(default=1000, ge=0)
     schedule_batch_size: int = Field(default=500, ge=1, description="Due triggers claimed per batch.")
+    run_batch_size: int = Field(
+        default=20,
+        ge=1,
+        description="Scheduled fires due together run as batch runs of at most this many pipelines; 1: a run each.",
+    )
     retention_days: int = Field(
         default=30, ge=1, description="Crawl blobs and webhook deliveries older than this are deleted daily."
     )

@@ -21,6 +21,7 @@ from pipelines_dagster.history import RUN_STATUS, RunHistory
 from pipelines_dagster.jobs import pipeline_run, run_tags
 from pipelines_dagster.launch import PARTITION_TAG
 from tests.assets.conftest import Stack, embedded, materialization, production, stack, web  # noqa: F401
+from tests.assets.test_batch import run_batch
 
 UI = "http://dagster.test/"
 
@@ -259,6 +260,90 @@ def test_storage_queries_per_page_do_not_grow_with_the_page(embedded: Stack):
 
     small, large = queries(limit=2), queries(limit=6)
     assert small == large
-    # App DB: the names. Dagster: two run queries (tagged runs, UI launches), two materialization
-    # queries (each with its asset-key lookup) and one for the failures.
-    assert small == (1, 7)
+    # App DB: the names. Dagster: three run queries (tagged runs, batch runs, UI launches), two
+    # materialization queries (each with its asset-key lookup) and one for the failures.
+    assert small == (1, 8)
+
+
+def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):
+    stack.billing_enabled = True
+    urls = stack.site(2)
+    workspace_id, first = stack.pipeline(urls, credit=100_000)
+    second = add_pipeline(stack, workspace_id, urls + [stack.web.url("/missing")], name="second")
+    refused = add_pipeline(stack, workspace_id, urls, name="refused", enabled=False)
+    other_workspace, theirs = stack.pipeline(urls, credit=100_000)
+    result = run_batch(stack, [(workspace_id, first), (other_workspace, theirs), (workspace_id, second),
+                               (workspace_id, refused)])
+    assert not result.success  # the refused pipeline failed the run, alone
+    runs = history(stack)
+
+    listed = runs.list_runs(workspace_id).runs
+    assert [(run.run_id, run.pipeline_id) for run in listed] == [
+        (result.run_id, first), (result.run_id, second), (result.run_id, refused)]
+    by_pipeline = {run.pipeline_id: run for run in listed}
+    ok = by_pipeline[first]
+    assert (ok.status, ok.trigger, ok.error, ok.pipeline_name) == ("succeeded", "scheduled", None, "p")
+    assert (ok.crawls_attempted, ok.crawls_succeeded, ok.documents_created, ok.charged_micros) == (2, 2, 2, 2000)
+    assert ok.blob_key.endswith(f"/{first}/{result.run_id}/result.jsonl")
+    assert ok.created_at <= ok.started_at <= ok.finished_at
+    assert (by_pipeline[second].crawls_attempted, by_pipeline[second].crawls_failed) == (3, 1)
+    assert by_pipeline[second].status == "succeeded"
+    bad = by_pipeline[refused]
+    assert (bad.status, bad.error) == ("failed", f"pipeline {refused} is disabled; enable it before running it")
+    assert (bad.crawls_attempted, bad.blob_key, bad.charged_micros) == (None, None, None)
+
+    assert [run.pipeline_id for run in runs.list_runs(workspace_id, status="failed").runs] == [refused]
+    assert [run.pipeline_id for run in runs.list_runs(workspace_id, status="succeeded").runs] == [first, second]
+    assert [run.pipeline_id for run in runs.list_runs(workspace_id, pipeline_id=second).runs] == [second]
+    # Another workspace sees only its own pipeline of the same run.
+    assert [run.pipeline_id for run in runs.list_runs(other_workspace).runs] == [theirs]
+    assert runs.get_run(other_workspace, result.run_id, pipeline_id=first) is None
+
+    detail = runs.get_run(workspace_id, result.run_id, pipeline_id=second)
+    assert detail.model_dump(exclude={"steps"}) == by_pipeline[second].model_dump()
+    assert [(step.step_key, step.status, step.error) for step in detail.steps] == [
+        ("crawl_results", "succeeded", None), ("kb_documents", "succeeded", None), ("page_changes", "succeeded", None)]
+    assert all(detail.started_at <= step.started_at <= step.finished_at <= detail.finished_at for step in detail.steps)
+    refused_detail = runs.get_run(workspace_id, result.run_id, pipeline_id=refused)
+    assert [(step.step_key, step.status) for step in refused_detail.steps] == [("crawl_results", "failed")]
+
+
+def test_pages_of_batch_entries_follow_the_cursor_inside_a_run(embedded: Stack):
+    urls = embedded.site(1)
+    workspace_id, first = embedded.pipeline(urls)
+    others = [add_pipeline(embedded, workspace_id, urls, name=f"p{n}") for n in range(3)]
+    single = embedded.run(first, workspace_id).run_id
+    batch = run_batch(embedded, [(workspace_id, pipeline_id) for pipeline_id in others]).run_id
+    runs = history(embedded)
+
+    pages, cursor = [], None
+    while True:
+        page = runs.list_runs(workspace_id, limit=2, cursor=cursor)
+        pages.append([(run.run_id, run.pipeline_id) for run in page.runs])
+        if (cursor := page.next_cursor) is None:
+            break
+    assert pages == [[(batch, others[0]), (batch, others[1])], [(batch, others[2]), (single, first)]]
+
+
+def test_a_batch_run_that_died_fails_the_pipelines_it_had_not_finished(embedded: Stack, monkeypatch):
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    import pipelines_dagster.batch as batch
+
+    urls = embedded.site(1)
+    workspace_id, done = embedded.pipeline(urls)
+    pending = add_pipeline(embedded, workspace_id, urls, name="pending")
+    real = batch.crawl_partition
+
+    def dies_at_the_second(instance, run, partition_key, **kwargs):
+        if partition_key == str(pending):  # as when the run's process is stopped mid-batch
+            raise DagsterExecutionInterruptedError("the run was terminated")
+        return real(instance, run, partition_key, **kwargs)
+
+    monkeypatch.setattr(batch, "crawl_partition", dies_at_the_second)
+    result = run_batch(embedded, [(workspace_id, done), (workspace_id, pending)])
+    assert not result.success
+    listed = {run.pipeline_id: run for run in history(embedded).list_runs(workspace_id).runs}
+    assert (listed[done].status, listed[done].crawls_attempted) == ("succeeded", 1)
+    assert (listed[pending].status, listed[pending].crawls_attempted) == ("failed", None)
+    assert listed[pending].error and listed[pending].finished_at is not None

@@ -34,7 +34,7 @@ def _require_pipeline(api: Api, workspace_id: int, pipeline_id: int) -> None:
 
 def _pipeline_run(api: Api, workspace_id: int, pipeline_id: int, run_id: uuid.UUID) -> PipelineRunDetail:
     _require_pipeline(api, workspace_id, pipeline_id)
-    run = api.history.get_run(workspace_id, str(run_id))
+    run = api.history.get_run(workspace_id, str(run_id), pipeline_id=pipeline_id)
     if run is None or run.pipeline_id != pipeline_id:
         raise catalog.NotFoundError(f"pipeline {pipeline_id} has no run {run_id}")
     return run

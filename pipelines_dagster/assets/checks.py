@@ -1,6 +1,8 @@
 """Data-quality checks shown in the Dagster UI next to each pipeline partition; they read, never write."""
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 import pydantic
@@ -41,19 +43,15 @@ def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCh
     )
 
 
-@dg.asset_check(
-    asset=crawl_results, partitions_def=pipelines_partitions,
-    description="At least the pipeline's share of URLs (default 80%) crawled successfully.",
-)
-def crawl_success_ratio(
-    context: dg.AssetCheckExecutionContext, config: SuccessRatioConfig, app_db: AppDatabaseResource
+def success_ratio(
+    partition_key: str, crawl: Mapping[str, Any] | None, app_db: AppDatabaseResource, *, default_threshold: float
 ) -> dg.AssetCheckResult:
-    crawl = _latest_crawl(context.instance, context.partition_key)
+    """Whether the crawl (materialization metadata) reached the pipeline's success ratio."""
     if crawl is None:
-        return _no_crawl(context.partition_key, dg.AssetCheckSeverity.WARN)
+        return _no_crawl(partition_key, dg.AssetCheckSeverity.WARN)
     with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, int(context.partition_key))
-    threshold = float((pipeline.config if pipeline else {}).get(THRESHOLD_KEY, config.min_success_ratio))
+        pipeline = session.get(Pipeline, int(partition_key))
+    threshold = float((pipeline.config if pipeline else {}).get(THRESHOLD_KEY, default_threshold))
     attempted, succeeded = crawl["urls_attempted"], crawl["urls_succeeded"]
     ratio = succeeded / attempted if attempted else 0.0
     return dg.AssetCheckResult(
@@ -64,16 +62,12 @@ def crawl_success_ratio(
     )
 
 
-@dg.asset_check(
-    asset=crawl_results, partitions_def=pipelines_partitions,
-    description="The newest crawl's blob exists and every line of it is a JSON record.",
-)
-def crawl_blob_readable(
-    context: dg.AssetCheckExecutionContext, blob_store: BlobStoreResource
+def blob_readable(
+    partition_key: str, crawl: Mapping[str, Any] | None, blob_store: BlobStoreResource
 ) -> dg.AssetCheckResult:
-    crawl = _latest_crawl(context.instance, context.partition_key)
+    """Whether the crawl's blob is stored and holds one JSON record per attempted URL."""
     if crawl is None or not crawl.get("blob_key"):
-        return _no_crawl(context.partition_key, dg.AssetCheckSeverity.ERROR)
+        return _no_crawl(partition_key, dg.AssetCheckSeverity.ERROR)
     blob_key = crawl["blob_key"]
     try:
         records = sum(1 for _ in blob_store.store().read_jsonl(blob_key))
@@ -100,15 +94,10 @@ def _blank(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
     return sa.func.trim(text) == ""
 
 
-@dg.asset_check(
-    asset=kb_documents, partitions_def=pipelines_partitions,
-    description="Every ready document of the pipeline has non-empty content.",
-)
-def kb_documents_have_content(
-    context: dg.AssetCheckExecutionContext, app_db: AppDatabaseResource
-) -> dg.AssetCheckResult:
+def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
+    """Whether every ready document of the pipeline has text."""
     with app_db.sessions() as session:
-        ready = (Document.pipeline_id == int(context.partition_key)) & (
+        ready = (Document.pipeline_id == int(partition_key)) & (
             Document.status_state == DocumentState.READY.value
         )
         total = session.scalar(sa.select(sa.func.count()).select_from(Document).where(ready))
@@ -129,4 +118,52 @@ def kb_documents_have_content(
     )
 
 
+@dg.asset_check(
+    asset=crawl_results, partitions_def=pipelines_partitions,
+    description="At least the pipeline's share of URLs (default 80%) crawled successfully.",
+)
+def crawl_success_ratio(
+    context: dg.AssetCheckExecutionContext, config: SuccessRatioConfig, app_db: AppDatabaseResource
+) -> dg.AssetCheckResult:
+    return success_ratio(
+        context.partition_key, _latest_crawl(context.instance, context.partition_key), app_db,
+        default_threshold=config.min_success_ratio,
+    )
+
+
+@dg.asset_check(
+    asset=crawl_results, partitions_def=pipelines_partitions,
+    description="The newest crawl's blob exists and every line of it is a JSON record.",
+)
+def crawl_blob_readable(
+    context: dg.AssetCheckExecutionContext, blob_store: BlobStoreResource
+) -> dg.AssetCheckResult:
+    return blob_readable(context.partition_key, _latest_crawl(context.instance, context.partition_key), blob_store)
+
+
+@dg.asset_check(
+    asset=kb_documents, partitions_def=pipelines_partitions,
+    description="Every ready document of the pipeline has non-empty content.",
+)
+def kb_documents_have_content(
+    context: dg.AssetCheckExecutionContext, app_db: AppDatabaseResource
+) -> dg.AssetCheckResult:
+    return documents_have_content(context.partition_key, app_db)
+
+
 asset_checks = [crawl_success_ratio, crawl_blob_readable, kb_documents_have_content]
+
+
+def check_evaluation(
+    check: dg.AssetChecksDefinition, result: dg.AssetCheckResult, partition_key: str
+) -> dg.AssetCheckEvaluation:
+    """A check's result as the event a job outside the asset graph logs for one partition."""
+    return dg.AssetCheckEvaluation(
+        asset_key=check.check_key.asset_key,
+        check_name=check.check_key.name,
+        passed=result.passed,
+        metadata=result.metadata,
+        severity=result.severity,
+        description=result.description,
+        partition=partition_key,
+    )

@@ -1,5 +1,9 @@
 """`crawl_results[pipeline]`: one crawl of a pipeline's URLs, stored as a JSON Lines blob and billed once."""
 
+import time
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
 from pipelines_dagster.app_db.models import Pipeline
@@ -58,29 +62,33 @@ def _failed_urls_table(report: CrawlReport) -> str:
     return "\n".join(["| URL | reason |", "|---|---|", *rows]) if rows else "none"
 
 
-@dg.asset(
-    partitions_def=pipelines_partitions,
-    retry_policy=CRAWL_RETRY_POLICY,
-    kinds={"python"},
-    description=__doc__,
-)
-def crawl_results(
-    context: dg.AssetExecutionContext,
+def crawl_partition(
+    instance: dg.DagsterInstance,
+    run: dg.DagsterRun,
+    partition_key: str,
+    *,
     app_db: AppDatabaseResource,
     locks: LocksResource,
     billing: BillingResource,
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
-) -> dg.MaterializeResult:
-    pipeline_id = int(context.partition_key)
+    trigger_tags: Mapping[str, str],
+    log: dg.DagsterLogManager,
+) -> dict[str, Any]:
+    """Crawl one pipeline's partition within `run`; the metadata of its materialization.
+
+    Raises a Failure that is not retried when a guard refuses the crawl. `trigger_tags` say what
+    fired it (a webhook delivery or an event id), so its payload is shown with the crawl.
+    """
+    started_at = time.time()
+    pipeline_id = int(partition_key)
     try:
         plan = load_plan(app_db.engine, pipeline_id)
     except RunRefused as exc:
         raise refused(str(exc)) from None
-    run = context.run
-    previous = latest_crawl_blob(context.instance, context.partition_key)
+    previous = latest_crawl_blob(instance, partition_key)
     # Keyed by the root run, so a retried step or a re-executed run charges once.
-    charge_key = f"crawl:{run.root_run_id or run.run_id}:{context.partition_key}"
+    charge_key = f"crawl:{run.root_run_id or run.run_id}:{partition_key}"
     try:
         report = execute_crawl(
             plan,
@@ -95,8 +103,8 @@ def crawl_results(
     except RunRefused as exc:
         raise refused(str(exc)) from None
     if report.lock_lost:
-        context.log.warning("a lock expired during the crawl; another run may have overlapped it")
-    metadata: dict[str, dg.RawMetadataValue] = {
+        log.warning(f"pipeline {pipeline_id}: a lock expired during the crawl; another run may have overlapped it")
+    metadata: dict[str, Any] = {
         "pipeline_id": plan.pipeline_id,
         "workspace_id": plan.workspace_id,
         "urls_attempted": report.attempted,
@@ -108,16 +116,47 @@ def crawl_results(
         "blob_key": report.blob_key,
         "blob_url": dg.MetadataValue.url(report.blob_url),
         "charged_micros": report.charged_micros,
+        "started_at": dg.MetadataValue.timestamp(started_at),
         "duration_seconds": round(report.duration_seconds, 3),
         "failed_urls": dg.MetadataValue.md(_failed_urls_table(report)),
         "previous_crawl_run_id": previous[1] if previous else "",
     }
     with app_db.sessions() as session:
-        payload = trigger_payload(session, run.tags)
+        payload = trigger_payload(session, trigger_tags)
     if payload is not None:
         metadata["trigger_payload"] = (
             dg.MetadataValue.json(payload) if isinstance(payload, dict | list) else str(payload)[:4096]
         )
     if not plan.save_to_kb:
         metadata["kb_documents"] = "skipped: this pipeline keeps the raw crawl only (save to KB is off)"
-    return dg.MaterializeResult(metadata=metadata)
+    return metadata
+
+
+@dg.asset(
+    partitions_def=pipelines_partitions,
+    retry_policy=CRAWL_RETRY_POLICY,
+    kinds={"python"},
+    description=__doc__,
+)
+def crawl_results(
+    context: dg.AssetExecutionContext,
+    app_db: AppDatabaseResource,
+    locks: LocksResource,
+    billing: BillingResource,
+    blob_store: BlobStoreResource,
+    crawler: CrawlerResource,
+) -> dg.MaterializeResult:
+    return dg.MaterializeResult(
+        metadata=crawl_partition(
+            context.instance,
+            context.run,
+            context.partition_key,
+            app_db=app_db,
+            locks=locks,
+            billing=billing,
+            blob_store=blob_store,
+            crawler=crawler,
+            trigger_tags=context.run.tags,
+            log=context.log,
+        )
+    )

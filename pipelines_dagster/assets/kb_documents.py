@@ -4,6 +4,8 @@ Reads the blob, never the web, so a backfill of this asset alone re-indexes
 without crawling or charging. Pipelines that keep only the raw crawl skip it.
 """
 
+from typing import Any
+
 import dagster as dg
 
 from pipelines_dagster.assets.crawl_results import crawl_results, partition_pipeline, stored_crawl
@@ -11,6 +13,40 @@ from pipelines_dagster.core.kb_index import Destination, index_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
+
+
+def index_partition(
+    instance: dg.DagsterInstance,
+    partition_key: str,
+    *,
+    app_db: AppDatabaseResource,
+    blob_store: BlobStoreResource,
+    log: dg.DagsterLogManager,
+) -> dict[str, Any] | None:
+    """Upsert the partition's latest stored crawl into its KB folder; the metadata of that
+    materialization, or None for a pipeline that keeps the raw crawl only."""
+    pipeline = partition_pipeline(app_db, partition_key)
+    if not pipeline.save_to_kb:
+        log.info(f"pipeline {pipeline.id} keeps the raw crawl only; no documents to write")
+        return None
+    blob_key, crawl_run_id = stored_crawl(instance, partition_key)
+    store = blob_store.store()
+    destination = Destination(
+        workspace_id=pipeline.workspace_id,
+        pipeline_id=pipeline.id,
+        connector_id=pipeline.connector_id,
+        folder_id=pipeline.destination_folder_id,
+    )
+    stats = index_crawl(app_db.sessions, destination, lambda: store.read_jsonl(blob_key))
+    return {
+        "documents_created": stats.created,
+        "documents_updated": stats.updated,
+        "documents_unchanged": stats.unchanged,
+        "documents_failed": stats.failed,
+        "folder_id": pipeline.destination_folder_id if pipeline.destination_folder_id is not None else "root",
+        "source_blob_key": blob_key,
+        "source_crawl_run_id": crawl_run_id,
+    }
 
 
 @dg.asset(
@@ -24,27 +60,8 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 def kb_documents(
     context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
 ):
-    pipeline = partition_pipeline(app_db, context.partition_key)
-    if not pipeline.save_to_kb:
-        context.log.info(f"pipeline {pipeline.id} keeps the raw crawl only; no documents to write")
-        return
-    blob_key, crawl_run_id = stored_crawl(context.instance, context.partition_key)
-    store = blob_store.store()
-    destination = Destination(
-        workspace_id=pipeline.workspace_id,
-        pipeline_id=pipeline.id,
-        connector_id=pipeline.connector_id,
-        folder_id=pipeline.destination_folder_id,
+    metadata = index_partition(
+        context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, log=context.log
     )
-    stats = index_crawl(app_db.sessions, destination, lambda: store.read_jsonl(blob_key))
-    yield dg.MaterializeResult(
-        metadata={
-            "documents_created": stats.created,
-            "documents_updated": stats.updated,
-            "documents_unchanged": stats.unchanged,
-            "documents_failed": stats.failed,
-            "folder_id": pipeline.destination_folder_id if pipeline.destination_folder_id is not None else "root",
-            "source_blob_key": blob_key,
-            "source_crawl_run_id": crawl_run_id,
-        }
-    )
+    if metadata is not None:
+        yield dg.MaterializeResult(metadata=metadata)

@@ -3,6 +3,8 @@
 Appends new, changed and removed pages to the app DB's timeline; reads the blob, never the web.
 """
 
+from typing import Any
+
 import dagster as dg
 
 from pipelines_dagster.assets.crawl_results import crawl_results, partition_pipeline, stored_crawl
@@ -23,12 +25,12 @@ def _changes_table(counts: ChangeCounts) -> str:
     return "\n".join(["| URL | change |", "|---|---|", *rows, *([f"\n{more} more"] if more > 0 else [])])
 
 
-@dg.asset(partitions_def=pipelines_partitions, deps=[crawl_results], kinds={"python"}, description=__doc__)
-def page_changes(
-    context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
-) -> dg.MaterializeResult:
-    pipeline = partition_pipeline(app_db, context.partition_key)
-    blob_key, crawl_run_id = stored_crawl(context.instance, context.partition_key)
+def changes_partition(
+    instance: dg.DagsterInstance, partition_key: str, *, app_db: AppDatabaseResource, blob_store: BlobStoreResource
+) -> dict[str, Any]:
+    """Record the page changes of the partition's latest stored crawl; the metadata of that materialization."""
+    pipeline = partition_pipeline(app_db, partition_key)
+    blob_key, crawl_run_id = stored_crawl(instance, partition_key)
     counts = record_changes(
         app_db.sessions,
         workspace_id=pipeline.workspace_id,
@@ -36,16 +38,23 @@ def page_changes(
         run_id=crawl_run_id,
         records=blob_store.store().read_jsonl(blob_key),
     )
+    return {
+        "pages_new": counts.new,
+        "pages_changed": counts.changed,
+        "pages_same": counts.same,
+        "pages_removed": counts.removed,
+        "pages_skipped": counts.skipped,
+        "pages_already_recorded": counts.already_recorded,
+        "changes": dg.MetadataValue.md(_changes_table(counts)),
+        "source_blob_key": blob_key,
+        "source_crawl_run_id": crawl_run_id,
+    }
+
+
+@dg.asset(partitions_def=pipelines_partitions, deps=[crawl_results], kinds={"python"}, description=__doc__)
+def page_changes(
+    context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
+) -> dg.MaterializeResult:
     return dg.MaterializeResult(
-        metadata={
-            "pages_new": counts.new,
-            "pages_changed": counts.changed,
-            "pages_same": counts.same,
-            "pages_removed": counts.removed,
-            "pages_skipped": counts.skipped,
-            "pages_already_recorded": counts.already_recorded,
-            "changes": dg.MetadataValue.md(_changes_table(counts)),
-            "source_blob_key": blob_key,
-            "source_crawl_run_id": crawl_run_id,
-        }
+        metadata=changes_partition(context.instance, context.partition_key, app_db=app_db, blob_store=blob_store)
     )

@@ -2,10 +2,11 @@
 
 import dagster as dg
 
-from pipelines_dagster.jobs import run_tags
+from pipelines_dagster.jobs import batch_pipeline_ids, run_tags
 from pipelines_dagster.partitions import partition_key, pipelines_partitions
 
 PIPELINE_JOB = "pipeline_run"
+BATCH_JOB = "pipeline_batch"
 # Queued or running: a pipeline in one of these gets no second run from a trigger.
 BUSY_STATUSES = [
     dg.DagsterRunStatus.QUEUED,
@@ -22,9 +23,20 @@ def run_pipeline_id(run: dg.DagsterRun) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
+def run_pipeline_ids(run: dg.DagsterRun) -> list[int]:
+    """Every pipeline a run is for: the one of a pipeline_run, the members of a batch run."""
+    if run.job_name == BATCH_JOB:
+        return batch_pipeline_ids(run.tags)
+    pipeline_id = run_pipeline_id(run)
+    return [] if pipeline_id is None else [pipeline_id]
+
+
 def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
-    runs = instance.get_runs(dg.RunsFilter(job_name=PIPELINE_JOB, statuses=BUSY_STATUSES))
-    return {pipeline_id for run in runs if (pipeline_id := run_pipeline_id(run)) is not None}
+    busy: set[int] = set()
+    for job_name in (PIPELINE_JOB, BATCH_JOB):
+        for run in instance.get_runs(dg.RunsFilter(job_name=job_name, statuses=BUSY_STATUSES)):
+            busy.update(run_pipeline_ids(run))
+    return busy
 
 
 def trigger_result(
@@ -33,7 +45,9 @@ def trigger_result(
     """The runs a trigger sensor requests, with an add request for any of their partitions the
     instance does not have yet (a pipeline created a moment ago, before the partition sync)."""
     existing = set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
-    missing = sorted({request.partition_key for request in requests if request.partition_key} - existing)
+    wanted = {request.partition_key for request in requests if request.partition_key}
+    wanted.update(partition_key(pipeline_id) for request in requests for pipeline_id in batch_pipeline_ids(request.tags))
+    missing = sorted(wanted - existing)
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[pipelines_partitions.build_add_request(missing)] if missing else [],

@@ -5,22 +5,23 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
+from pipelines_dagster.batch import pipeline_batch
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import LocksResource
-from pipelines_dagster.sensors.common import run_pipeline_id
+from pipelines_dagster.sensors.common import run_pipeline_ids
 
 
 def release_run_locks(run: dg.DagsterRun, *, locks: LocksResource, app_db: AppDatabaseResource) -> list[str]:
     """Release the pipeline and connector locks this run owns (the owner token is the run id)."""
-    pipeline_id = run_pipeline_id(run)
-    if pipeline_id is None:
+    pipeline_ids = run_pipeline_ids(run)
+    if not pipeline_ids:
         return []
-    names = [pipeline_lock_name(pipeline_id)]
     with app_db.sessions() as session:
-        connector_id = session.scalar(sa.select(Pipeline.connector_id).where(Pipeline.id == pipeline_id))
-    if connector_id is not None:
-        names.append(connector_lock_name(connector_id))
+        connector_ids = session.scalars(
+            sa.select(Pipeline.connector_id).where(Pipeline.id.in_(pipeline_ids), Pipeline.connector_id.is_not(None))
+        ).all()
+    names = [*map(pipeline_lock_name, pipeline_ids), *map(connector_lock_name, sorted(set(connector_ids)))]
     return [name for name in names if locks.release(name, run.run_id)]
 
 
@@ -28,7 +29,7 @@ def _lock_release_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
     @dg.run_status_sensor(
         name=f"release_locks_of_{status.value.lower()}_runs",
         run_status=status,
-        monitored_jobs=[pipeline_run],
+        monitored_jobs=[pipeline_run, pipeline_batch],
         minimum_interval_seconds=10,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Frees the locks of pipeline runs that ended {status.value.lower()}.",

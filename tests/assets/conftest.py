@@ -125,6 +125,22 @@ def materialization(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, 
     return {key: value.value for key, value in events[0].metadata.items()}
 
 
+def fail_once_after_the_charge(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Make the crawl fail once, right after it charged; the list says whether each attempt charged anew."""
+    import pipelines_dagster.assets.crawl_results as module
+
+    real, calls = module._failed_urls_table, []
+
+    def flaky(report):
+        calls.append(report.newly_charged)
+        if len(calls) == 1:
+            raise ConnectionError("metadata store blip after the charge")
+        return real(report)
+
+    monkeypatch.setattr(module, "_failed_urls_table", flaky)
+    return calls
+
+
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
     failures = [event for event in result.all_events if event.is_step_failure]
     assert failures, "the run did not fail"

@@ -14,7 +14,7 @@ from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
 from pipelines_dagster.assets.kb_documents import kb_documents
-from tests.assets.conftest import Stack, failure_message, materialization
+from tests.assets.conftest import Stack, fail_once_after_the_charge, failure_message, materialization
 from tests.support.web import page
 
 
@@ -83,20 +83,9 @@ def test_disabled_billing_charges_nothing(embedded: Stack):
 
 def test_a_retried_step_charges_once(embedded: Stack, monkeypatch):
     """The first attempt charges, then fails after the charge; the retry finds the key charged."""
-    import pipelines_dagster.assets.crawl_results as module
-
     embedded.billing_enabled = True
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(3), credit=10_000)
-    real = module._failed_urls_table
-    calls = []
-
-    def flaky(report):
-        calls.append(report.newly_charged)
-        if len(calls) == 1:
-            raise ConnectionError("metadata store blip after the charge")
-        return real(report)
-
-    monkeypatch.setattr(module, "_failed_urls_table", flaky)
+    calls = fail_once_after_the_charge(monkeypatch)
     result = embedded.run(pipeline_id, workspace_id)
     assert result.success
     assert calls == [True, False]

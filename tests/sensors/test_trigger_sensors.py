@@ -13,7 +13,8 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
-from pipelines_dagster.jobs import run_tags
+from pipelines_dagster.batch import OP_NAME
+from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, run_tags
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
@@ -61,7 +62,7 @@ def requests_for(result: dg.SensorResult, pipeline_id: int) -> list[dg.RunReques
 
 def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, app_db):
     workspace_id, pipeline_id, trigger_id = make_pipeline(app_db)
-    result = evaluate(build_schedule_sensor(batch_size=500), instance, app_db)
+    result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db)
     [request] = requests_for(result, pipeline_id)
     assert request.run_key.startswith(f"schedule:{trigger_id}:")
     assert request.tags["trigger"] == "scheduled"
@@ -70,12 +71,12 @@ def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, ap
     added = [key for r in result.dynamic_partitions_requests for key in r.partition_keys]
     assert str(pipeline_id) in added
     # Advanced: the next tick has nothing for it.
-    assert requests_for(evaluate(build_schedule_sensor(batch_size=500), instance, app_db), pipeline_id) == []
+    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
 
 
 def test_a_disabled_pipeline_gets_no_run_but_its_trigger_advances(instance, app_db):
     _, pipeline_id, trigger_id = make_pipeline(app_db, enabled=False)
-    assert requests_for(evaluate(build_schedule_sensor(batch_size=500), instance, app_db), pipeline_id) == []
+    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
     with app_db.sessions() as session:
         assert session.get(PipelineTrigger, trigger_id).next_fire_at > datetime.now(UTC)
 
@@ -85,7 +86,43 @@ def test_a_pipeline_with_a_running_run_gets_no_second_one(instance, app_db):
     instance.add_run(dg.DagsterRun(job_name="pipeline_run", run_id=str(uuid.uuid4()),
                                    status=dg.DagsterRunStatus.STARTED,
                                    tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual")))
-    assert requests_for(evaluate(build_schedule_sensor(batch_size=500), instance, app_db), pipeline_id) == []
+    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
+
+
+def requested_pipelines(request: dg.RunRequest) -> list[int]:
+    return batch_pipeline_ids(request.tags) if request.job_name == "pipeline_batch" else [int(request.partition_key)]
+
+
+def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, app_db):
+    ours = [make_pipeline(app_db) for _ in range(5)]
+    result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=2), instance, app_db)
+    # Other tests' every-minute pipelines on the shared database may be due too: look at ours.
+    covering = {pipeline_id: [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
+                for _, pipeline_id, _ in ours}
+    assert all(len(requests) == 1 for requests in covering.values()), covering
+    batches = [r for r in result.run_requests if r.job_name == "pipeline_batch"]
+    assert batches and all(len(requested_pipelines(r)) <= 2 for r in result.run_requests)
+    for request in batches:
+        config = request.run_config["ops"][OP_NAME]["config"]["pipelines"]
+        assert [member["pipeline_id"] for member in config] == requested_pipelines(request) == sorted(
+            member["pipeline_id"] for member in config)
+        assert all(member["scheduled_for"] for member in config)
+        assert request.tags["trigger"] == "scheduled" and request.run_key.startswith("schedule-batch:")
+        assert request.partition_key is None
+    for workspace_id, pipeline_id, _ in ours:
+        [request] = covering[pipeline_id]
+        assert request.tags.get(f"workspace/{workspace_id}") == "member" or request.tags["workspace_id"] == str(workspace_id)
+    added = {key for r in result.dynamic_partitions_requests for key in r.partition_keys}
+    assert {str(pipeline_id) for _, pipeline_id, _ in ours} <= added
+
+
+def test_a_pipeline_in_a_running_batch_run_gets_no_second_scheduled_run(instance, app_db):
+    workspace_id, pipeline_id, _ = make_pipeline(app_db)
+    instance.add_run(dg.DagsterRun(job_name="pipeline_batch", run_id=str(uuid.uuid4()),
+                                   status=dg.DagsterRunStatus.STARTED,
+                                   tags=batch_tags([(pipeline_id, workspace_id)], trigger="scheduled")))
+    result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=20), instance, app_db)
+    assert not [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
 
 
 def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_after_a_second_look(instance, app_db):
@@ -117,6 +154,24 @@ def test_a_failed_runs_locks_are_released_and_no_one_elses(instance, app_db, app
     assert released == [pipeline_lock_name(pipeline_id)]
     assert not locks.is_locked(pipeline_lock_name(pipeline_id))
     assert locks.owner_of(connector_lock_name(connector_id)) == "some-other-run"
+
+
+def test_a_failed_batch_runs_locks_are_released_for_every_member(instance, app_db, app_engine):
+    members = [make_pipeline(app_db, due=False)[:2] for _ in range(2)]
+    with app_db.sessions() as session:
+        connectors = [session.get(Pipeline, pipeline_id).connector_id for _, pipeline_id in members]
+    locks = DatabaseLocks(app_engine)
+    run = dg.DagsterRun(job_name="pipeline_batch", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.FAILURE,
+                        tags=batch_tags([(pipeline_id, workspace_id) for workspace_id, pipeline_id in members],
+                                        trigger="scheduled"))
+    # The run died in the second pipeline's crawl; the first's were released when its crawl ended.
+    locks.acquire(pipeline_lock_name(members[1][1]), run.run_id, ttl_seconds=600)
+    locks.acquire(connector_lock_name(connectors[1]), run.run_id, ttl_seconds=600)
+    locks.acquire(pipeline_lock_name(members[0][1]), "a-later-run", ttl_seconds=600)
+    resource = DatabaseLocksResource(database_url=app_db.url)
+    released = release_run_locks(run, locks=resource, app_db=app_db)
+    assert released == [pipeline_lock_name(members[1][1]), connector_lock_name(connectors[1])]
+    assert locks.owner_of(pipeline_lock_name(members[0][1])) == "a-later-run"
 
 
 def test_lock_release_sensors_watch_failed_and_canceled_pipeline_runs():

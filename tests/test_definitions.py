@@ -1,7 +1,9 @@
-"""The code location loads, refuses bad settings by variable name, and wires backends by settings."""
+"""The code location loads, refuses bad settings by variable name, wires backends by settings, and
+imports only what its definitions need."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,17 +20,31 @@ from pipelines_dagster.resources.locks import DatabaseLocksResource, RedisLocksR
 from pipelines_dagster.settings import ENV_PREFIX, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
+# Every run process imports the code location anew, so loading it must not import what only
+# some runs, or only other processes, use. Each is imported where it is used.
+KEPT_OUT_OF_LOADING = (
+    "boto3",  # the S3 blob backend
+    "botocore",
+    "redis",  # the Redis locks backend
+    "trafilatura",  # the extraction worker processes
+    "lxml",
+    "httpx",  # the crawl engine
+    "croniter",  # cron maths: sensors, CLI and API
+    "fastapi",  # the HTTP API
+    "alembic",  # migrations
+    "dagster_graphql",  # run-now launches through the webserver
+)
 
 
-def validate(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """`dagster definitions validate` from the repo root; Dagster and app data go to tmp_path."""
+def run_in_repo(tmp_path: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """Python with `args` from the repo root; Dagster and app data go to tmp_path."""
     home = tmp_path / "dagster-home"
     home.mkdir()
     shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
     # The caller's own PIPELINES_* and DAGSTER_* must not decide what is tested.
     inherited = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "DAGSTER_"))}
     return subprocess.run(
-        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        [sys.executable, *args],
         cwd=REPO,
         env={
             **inherited,
@@ -40,6 +56,29 @@ def validate(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+def validate(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`dagster definitions validate` of workspace.yaml."""
+    return run_in_repo(tmp_path, ["-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"], **env)
+
+
+def importers(importtime_report: str) -> dict[str, list[str]]:
+    """Each module a `python -X importtime` report names, with the chain of imports that loaded it,
+    outermost first."""
+    chains: dict[str, list[str]] = {}
+    stack: list[str] = []
+    # The report names a module after those it imported, which are indented one level deeper;
+    # read backwards, every module comes right after the one that imported it.
+    for line in reversed(importtime_report.splitlines()):
+        if not line.startswith("import time:") or line.endswith("imported package"):
+            continue
+        column = line.rsplit("|", 1)[1]
+        depth = (len(column) - len(column.lstrip()) - 1) // 2
+        module = column.strip()
+        chains[module] = stack[:depth]
+        stack[depth:] = [module]
+    return chains
 
 
 def is_env_var(value: object, name: str) -> bool:
@@ -121,3 +160,27 @@ def test_env_var_urls_resolve_when_resources_start(
         assert started.app_db.url == database_url
         assert started.locks.database_url == database_url
         assert started.billing.app_db.url == database_url
+
+
+@pytest.mark.parametrize(
+    "backends",
+    [{}, {"PIPELINES_BLOB_STORE": "s3://crawls/raw", "PIPELINES_LOCKS": "redis://127.0.0.1:6379/0"}],
+    ids=["embedded", "s3-and-redis"],
+)
+def test_loading_the_code_location_imports_only_what_the_definitions_need(
+    tmp_path: Path, backends: dict[str, str]
+) -> None:
+    script = "import json, sys, pipelines_dagster.definitions; print(json.dumps(sorted(sys.modules)))"
+    result = run_in_repo(tmp_path, ["-X", "importtime", "-c", script], **backends)
+    assert result.returncode == 0, result.stderr
+    loaded = {name.partition(".")[0] for name in json.loads(result.stdout.splitlines()[-1])}
+    chains = importers(result.stderr)
+    imported = [
+        f"{module} (by {' -> '.join(chains.get(module, ['an unreported import']))})"
+        for module in KEPT_OUT_OF_LOADING
+        if module in loaded
+    ]
+    assert not imported, (
+        f"loading pipelines_dagster.definitions imported {'; '.join(imported)}. Every run process pays "
+        "for what the code location imports: import these where they are used."
+    )

@@ -9,13 +9,12 @@ import codecs
 import hashlib
 import re
 import unicodedata
-from dataclasses import dataclass
 
 import trafilatura
 from lxml.html import HtmlElement
 
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-PLAIN_TEXT = "text/plain"
+from pipelines_dagster.core.extracted import HTML_TYPES, Extracted
+
 METADATA_FIELDS = ("title", "description", "author", "date", "language")
 
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
@@ -23,18 +22,6 @@ _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]
 # The HTML standard has parsers look for <meta charset> in the first 1024 bytes only.
 _META_CHARSET_WINDOW = 1024
 _BLANK_RUN = re.compile(r"\n{3,}")
-
-
-@dataclass(frozen=True)
-class Extracted:
-    """A page's text (markdown for HTML), the hash of its normalized form, and its metadata.
-
-    `content_hash` is None when the page has no text.
-    """
-
-    content: str
-    content_hash: str | None
-    metadata: dict[str, str | None]
 
 
 def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:

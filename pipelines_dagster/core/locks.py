@@ -12,12 +12,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import redis
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import dialect_insert
 from pipelines_dagster.app_db.models import LockLease
+
+if TYPE_CHECKING:
+    import redis
 
 logger = logging.getLogger(__name__)
 

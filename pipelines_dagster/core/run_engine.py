@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import sqlalchemy as sa
@@ -26,8 +26,11 @@ from sqlalchemy.orm import Session
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline
 from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
-from pipelines_dagster.core.crawler import Crawler, CrawlOutcome, PreviousFetch
+from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.locks import LockHeldError, Locks, connector_lock_name, pipeline_lock_name
+
+if TYPE_CHECKING:
+    from pipelines_dagster.core.crawler import Crawler
 
 LOCK_TTL_SECONDS = 600.0
 FAILED_URLS_SHOWN = 20

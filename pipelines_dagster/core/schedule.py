@@ -1,11 +1,13 @@
-"""Cron and interval schedules: validation and next fire times, in the schedule's timezone."""
+"""Cron and interval schedules: validation and next fire times, in the schedule's timezone.
+
+croniter is imported by the functions that use it: run processes load this module with the
+code location and never evaluate a cron; sensors and the CLI/API do.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 from pipelines_dagster.core.validation import InvalidInputError
 
@@ -20,6 +22,8 @@ def validate_timezone(timezone: str, *, field: str = "timezone") -> ZoneInfo:
 
 
 def validate_cron(cron: str, *, field: str = "cron") -> str:
+    from croniter import croniter
+
     expression = " ".join(cron.split())
     if len(expression.split(" ")) != 5 or not croniter.is_valid(expression):
         raise InvalidInputError(
@@ -32,6 +36,8 @@ def validate_cron(cron: str, *, field: str = "cron") -> str:
 
 def next_cron_fire(cron: str, timezone: str, *, after: datetime) -> datetime:
     """The first match strictly after `after`, evaluated in `timezone` (DST-correct), in UTC."""
+    from croniter import croniter
+
     local_after = after.astimezone(ZoneInfo(timezone))
     return croniter(cron, local_after).get_next(datetime).astimezone(UTC)
 

@@ -1,12 +1,21 @@
-"""The `crawler` resource: the crawl engine, configured per deployment, one set of extraction workers per run."""
+"""The `crawler` resource: the crawl engine, configured per deployment, one set of extraction workers per run.
+
+The engine (and httpx with it) is imported when the resource starts, not with the code location
+that every run process loads.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from pipelines_dagster.core.crawler import Crawler, CrawlerConfig
-from pipelines_dagster.core.ssrf import NetworkPolicy
+from pipelines_dagster.core.crawl_types import CrawlerConfig
+from pipelines_dagster.core.network_policy import NetworkPolicy
+
+if TYPE_CHECKING:
+    from pipelines_dagster.core.crawler import Crawler
 
 
 class CrawlerResource(dg.ConfigurableResource):
@@ -53,8 +62,13 @@ class CrawlerResource(dg.ConfigurableResource):
             ),
         )
 
+    def _build(self) -> Crawler:
+        from pipelines_dagster.core.crawler import Crawler
+
+        return Crawler(self.config())
+
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._crawler = Crawler(self.config())
+        self._crawler = self._build()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._crawler is not None:
@@ -64,5 +78,5 @@ class CrawlerResource(dg.ConfigurableResource):
     @property
     def crawler(self) -> Crawler:
         if self._crawler is None:
-            self._crawler = Crawler(self.config())
+            self._crawler = self._build()
         return self._crawler

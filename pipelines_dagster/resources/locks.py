@@ -1,17 +1,23 @@
-"""The `locks` resource: one interface, backed by Redis or the app database's lease table."""
+"""The `locks` resource: one interface, backed by Redis or the app database's lease table.
+
+redis is imported when a Redis backend starts, not with the code location that every run loads.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 import dagster as dg
-import redis
 import sqlalchemy as sa
 from pydantic import PrivateAttr
 
 from pipelines_dagster.app_db.engine import create_engine
 from pipelines_dagster.core.locks import DatabaseLocks, HeldLock, Locks, RedisLocks
+
+if TYPE_CHECKING:
+    import redis
 
 
 class LocksResource(dg.ConfigurableResource, ABC):
@@ -82,6 +88,8 @@ class RedisLocksResource(LocksResource):
     _client: redis.Redis | None = PrivateAttr(default=None)
 
     def _build(self) -> Locks:
+        import redis
+
         self._client = redis.Redis.from_url(self.url)
         return RedisLocks(self._client, key_prefix=self.key_prefix)
 

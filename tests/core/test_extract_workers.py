@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines_dagster.core.extract import Extracted, extract_page
+from pipelines_dagster.core.extract import extract_page
 from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
+from pipelines_dagster.core.extracted import Extracted
 from tests.support.web import html_document
 
 ARTICLE = (

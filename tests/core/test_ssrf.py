@@ -12,11 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines_dagster.core.crawler import Crawler, CrawlerConfig
+from pipelines_dagster.core.crawl_types import CrawlerConfig
+from pipelines_dagster.core.crawler import Crawler
+from pipelines_dagster.core.network_policy import NetworkPolicy
 from pipelines_dagster.core.ssrf import (
     AddressGuard,
     BlockedAddressError,
-    NetworkPolicy,
     PinnedTransport,
     UnresolvableHostError,
     resolve_system,

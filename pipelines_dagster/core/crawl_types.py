@@ -1,0 +1,106 @@
+"""The crawl engine's plain values: its config, what a URL's previous fetch left, and its outcome.
+
+Apart from the engine (`crawler`), so the crawler resource and the run engine name them without
+importing httpx: every run process loads them with the code location, and not every run crawls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from pipelines_dagster.core.network_policy import NetworkPolicy
+
+MiB = 1024 * 1024
+CrawlStatus = Literal["success", "empty", "failed"]
+
+
+@dataclass(frozen=True)
+class CrawlerConfig:
+    """How a crawl behaves; the defaults suit production. Timeouts and delays are in seconds.
+
+    `total_timeout` bounds one request attempt, from sending it to the last body byte, so a
+    timed-out attempt can still be retried. `max_retry_delay` caps both the exponential backoff
+    and a server's Retry-After. A robots.txt Crawl-delay spaces the requests to its origin, up
+    to `max_crawl_delay` seconds apart. `extract_workers` defaults to the number of usable cores;
+    `extract_timeout` bounds one page's extraction, after which its worker is replaced.
+    """
+
+    user_agent: str = "pipelines-dagster/0.1 (knowledge-base web crawler)"
+    global_concurrency: int = 16
+    per_host_concurrency: int = 4
+    connect_timeout: float = 10.0
+    total_timeout: float = 30.0
+    max_body_bytes: int = 5 * MiB
+    max_attempts: int = 3
+    backoff_base: float = 0.5
+    backoff_factor: float = 2.0
+    max_retry_delay: float = 30.0
+    max_redirects: int = 5
+    obey_robots: bool = True
+    max_crawl_delay: float = 10.0
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    extract_workers: int | None = None
+    extract_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        at_least = {
+            "global_concurrency": 1,
+            "per_host_concurrency": 1,
+            "max_body_bytes": 1,
+            "max_attempts": 1,
+            "max_redirects": 0,
+            "backoff_base": 0,
+            "backoff_factor": 1,
+            "max_retry_delay": 0,
+            "max_crawl_delay": 0,
+        }
+        for name, minimum in at_least.items():
+            if getattr(self, name) < minimum:
+                raise ValueError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
+        for name in ("connect_timeout", "total_timeout", "extract_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
+        if self.extract_workers is not None and self.extract_workers < 1:
+            raise ValueError(
+                f"extract_workers must be at least 1 (or None for one per core), got {self.extract_workers}"
+            )
+
+
+@dataclass(frozen=True)
+class PreviousFetch:
+    """What the previous crawl learned about a URL, so an unchanged page is not fetched or extracted again."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    raw_hash: str | None = None
+    content_hash: str | None = None
+
+
+@dataclass(frozen=True)
+class CrawlOutcome:
+    """The result for one URL.
+
+    `error` says why a URL is `failed` or `empty` and is None on success. When `unchanged` is
+    true the page is as the previous crawl left it: `content` is empty and the caller reuses the
+    previous content. `raw_hash` is the sha256 of the body bytes, `content_hash` that of the
+    normalized extracted text. `attempts` counts tries of the last request made for the URL;
+    `fetched_at` is when its crawl started and `elapsed` how long it took, retries included.
+    """
+
+    url: str
+    final_url: str
+    status: CrawlStatus
+    fetched_at: datetime
+    elapsed: float
+    attempts: int
+    http_status: int | None = None
+    content: str = ""
+    metadata: dict[str, str | None] = field(default_factory=dict)
+    error: str | None = None
+    content_hash: str | None = None
+    raw_hash: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    unchanged: bool = False

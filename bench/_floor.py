@@ -1,8 +1,10 @@
 """The floor of bench/run_overhead.py: a trivial partitioned asset and the sensor that fires it, as a
 code location of its own, run by the same daemon, run coordinator and launcher as ours.
 
-The bench writes {"batch": ..., "count": N} to the file named by FLOOR_TRIGGER_FILE; on its next tick
-the sensor adds N partitions and requests one run per partition, tagged with the batch.
+The bench writes {"batch": ..., "count": N, "job": ...} to the file named by FLOOR_TRIGGER_FILE; on
+its next tick the sensor adds N partitions and requests one run of that job per partition, tagged
+with the batch. `floor_job` runs its step in the run's process (as ours do); `floor_job_multiprocess`
+keeps Dagster's default executor, a subprocess per step.
 """
 
 import json
@@ -19,10 +21,14 @@ def floor_asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={"partition": context.partition_key})
 
 
-floor_job = dg.define_asset_job("floor_job", selection=[floor_asset])
+floor_job = dg.define_asset_job("floor_job", selection=[floor_asset], executor_def=dg.in_process_executor)
+floor_job_multiprocess = dg.define_asset_job(
+    "floor_job_multiprocess", selection=[floor_asset], executor_def=dg.multiprocess_executor
+)
 
 
-@dg.sensor(job=floor_job, minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(jobs=[floor_job, floor_job_multiprocess], minimum_interval_seconds=5,
+           default_status=dg.DefaultSensorStatus.RUNNING)
 def floor_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     path = Path(os.environ["FLOOR_TRIGGER_FILE"])
     trigger = json.loads(path.read_text()) if path.exists() else None
@@ -31,16 +37,12 @@ def floor_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     keys = [f"{trigger['batch']}-{number}" for number in range(trigger["count"])]
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(run_key=key, partition_key=key, tags={"floor_batch": trigger["batch"]}) for key in keys
+            dg.RunRequest(run_key=key, job_name=trigger["job"], partition_key=key, tags={"floor_batch": trigger["batch"]})
+            for key in keys
         ],
         dynamic_partitions_requests=[floor_partitions.build_add_request(keys)],
         cursor=trigger["batch"],
     )
 
 
-defs = dg.Definitions(
-    assets=[floor_asset],
-    jobs=[floor_job],
-    sensors=[floor_sensor],
-    executor=dg.in_process_executor if os.environ.get("FLOOR_EXECUTOR") == "in_process" else dg.multiprocess_executor,
-)
+defs = dg.Definitions(assets=[floor_asset], jobs=[floor_job, floor_job_multiprocess], sensors=[floor_sensor])

@@ -33,9 +33,12 @@ def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str) -> dict[str, 
 
 # A batch run (`pipeline_batch`) carries a tag for each pipeline and workspace it covers, so the run
 # history of either finds it by tag, as it finds a single run by its pipeline_id and workspace_id.
+# They live under the prefix Dagster's UI hides: an index, not something to read on every run row,
+# which shows the `pipelines` summary instead.
 MEMBER = "member"
-_MEMBER_PIPELINE_PREFIX = "pipeline/"
-_MEMBER_WORKSPACE_PREFIX = "workspace/"
+_MEMBER_PIPELINE_PREFIX = ".dagster/pipelines_dagster/pipeline/"
+_MEMBER_WORKSPACE_PREFIX = ".dagster/pipelines_dagster/workspace/"
+PIPELINES_SHOWN = 5
 
 
 def member_pipeline_tag(pipeline_id: int) -> str:
@@ -50,7 +53,10 @@ def batch_tags(members: Iterable[tuple[int, int]], *, trigger: str) -> dict[str,
     """The tags of a batch run over (pipeline id, workspace id) pairs."""
     if trigger not in TRIGGERS:
         raise ValueError(f"unknown trigger {trigger!r}; use one of {', '.join(TRIGGERS)}")
-    tags = {"trigger": trigger}
+    members = list(members)
+    shown = ", ".join(str(pipeline_id) for pipeline_id, _ in members[:PIPELINES_SHOWN])
+    more = len(members) - PIPELINES_SHOWN
+    tags = {"trigger": trigger, "pipelines": f"{shown} and {more} more" if more > 0 else shown}
     for pipeline_id, workspace_id in members:
         tags[member_pipeline_tag(pipeline_id)] = MEMBER
         tags[member_workspace_tag(workspace_id)] = MEMBER

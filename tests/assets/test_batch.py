@@ -7,7 +7,7 @@ import dagster as dg
 from pipelines_dagster.batch import OP_NAME, BatchPipeline, PipelineBatchConfig, pipeline_batch, split_evenly
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import pipeline_lock_name
-from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags
+from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, member_workspace_tag
 from tests.assets.conftest import Stack, fail_once_after_the_charge
 
 
@@ -164,11 +164,15 @@ def test_a_crawl_that_fails_by_accident_is_retried_and_charged_once(embedded: St
     assert embedded.charges(workspace_id) == (1, 1)
 
 
-def test_batch_tags_name_every_member():
+def test_batch_tags_name_every_member_and_show_a_summary():
     tags = batch_tags([(3, 1), (17, 2), (4, 1)], trigger="scheduled")
-    assert tags["trigger"] == "scheduled"
+    assert (tags["trigger"], tags["pipelines"]) == ("scheduled", "3, 17, 4")
     assert batch_pipeline_ids(tags) == [3, 4, 17]
-    assert {key for key in tags if key.startswith("workspace/")} == {"workspace/1", "workspace/2"}
+    assert tags[member_workspace_tag(1)] == tags[member_workspace_tag(2)] == "member"
+    # The index is hidden from the UI's run rows: only trigger and summary show.
+    assert {key for key in tags if not key.startswith(".dagster/")} == {"trigger", "pipelines"}
+    many = batch_tags([(n, 1) for n in range(1, 21)], trigger="scheduled")
+    assert many["pipelines"] == "1, 2, 3, 4, 5 and 15 more" and len(batch_pipeline_ids(many)) == 20
 
 
 def test_split_evenly_makes_as_few_chunks_as_possible_of_near_equal_size():

@@ -14,7 +14,7 @@ from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.batch import OP_NAME
-from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, run_tags
+from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
@@ -111,7 +111,8 @@ def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, a
         assert request.partition_key is None
     for workspace_id, pipeline_id, _ in ours:
         [request] = covering[pipeline_id]
-        assert request.tags.get(f"workspace/{workspace_id}") == "member" or request.tags["workspace_id"] == str(workspace_id)
+        assert request.tags.get(member_workspace_tag(workspace_id)) == "member" or (
+            request.tags["workspace_id"] == str(workspace_id))
     added = {key for r in result.dynamic_partitions_requests for key in r.partition_keys}
     assert {str(pipeline_id) for _, pipeline_id, _ in ours} <= added
 

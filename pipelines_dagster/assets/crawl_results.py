@@ -53,6 +53,12 @@ def partition_pipeline(app_db: AppDatabaseResource, partition_key: str) -> Pipel
     return pipeline
 
 
+def _run_ended(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Whether `run_id` names a run that has ended, so a lock it still owns was left by its dead process."""
+    run = instance.get_run_by_id(run_id)
+    return run is not None and run.is_finished
+
+
 def refused(reason: str) -> dg.Failure:
     return dg.Failure(description=reason, allow_retries=False)
 
@@ -99,6 +105,7 @@ def crawl_partition(
             blob_store=blob_store.store(),
             crawler=crawler.crawler,
             previous_blob_key=previous[0] if previous else None,
+            run_ended=lambda owner: _run_ended(instance, owner),
         )
     except RunRefused as exc:
         raise refused(str(exc)) from None

@@ -4,7 +4,8 @@ Each worker is a plain Python process that imports only the extraction code and 
 request at a time over its stdin/stdout pipes. Unlike a multiprocessing pool it never imports the
 parent's main module (the `dagster` CLI, a script), so it is ready in about 0.2 s where a
 forkserver pool under the CLI took a second, and a worker stuck on one page can be killed and
-replaced without breaking the others.
+replaced without breaking the others. A worker exits as soon as its parent is gone, even in the
+middle of a page, so none outlives a run process that was killed.
 
 Frames, both ways: two big-endian 32-bit lengths, a JSON header of that first length, then that
 many body bytes. A request's header holds `media_type`, `charset` and `url` and its body is the
@@ -37,6 +38,9 @@ _LENGTHS = struct.Struct(">II")
 # same code as the parent whether the package is installed or run from a checkout.
 _BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from {module} import main; main()"
 _STOP_GRACE_SECONDS = 5.0
+# How often a worker checks that its parent is still there. A parent's death closes the request
+# pipe, which wakes the worker at once, unless a process the parent forked still holds it open.
+_PARENT_CHECK_SECONDS = 0.1
 # A worker parses untrusted pages, so it gets no secrets: of the parent's environment it keeps
 # only what locates programs and files, the locale, and Python's own settings.
 _KEPT_VARIABLES = frozenset({"PATH", "HOME", "TMPDIR", "TEMP", "TMP", "TZ", "LANG", "LANGUAGE", "SYSTEMROOT"})
@@ -97,10 +101,30 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
         replies.flush()
 
 
+def _exit_when_orphaned(requests: int) -> None:
+    """Exit once the parent has closed the request pipe or died, even in the middle of a page.
+
+    The main thread only sees the pipe close between pages, and a page can take a minute; a
+    parent killed meanwhile is not there to stop the worker.
+    """
+    parent = os.getppid()
+    # Events 0: poll reports only a hang-up (every writer of the pipe is gone) or an error. That
+    # also catches a parent that died before this thread started, when getppid() is already another.
+    poller = select.poll()
+    poller.register(requests, 0)
+    while os.getppid() == parent and not poller.poll(_PARENT_CHECK_SECONDS * 1000):
+        pass
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> None:
     # The parent stops a worker by closing its stdin; an interrupt of the whole process group
     # (Ctrl-C on a run) is the parent's to handle.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(
+        target=_exit_when_orphaned, args=(sys.stdin.fileno(),), name="parent-watch", daemon=True
+    ).start()
     # The reply pipe is the original stdout, kept for the protocol alone: whatever a library
     # prints goes to stderr instead of corrupting a frame.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")

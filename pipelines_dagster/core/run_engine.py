@@ -13,7 +13,7 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,7 @@ from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline
 from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
 from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
-from pipelines_dagster.core.locks import LockHeldError, Locks, connector_lock_name, pipeline_lock_name
+from pipelines_dagster.core.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
 
 if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
@@ -258,6 +258,33 @@ def iter_crawl(
         worker.join()
 
 
+def _take_lock(
+    held: ExitStack,
+    locks: Locks,
+    name: str,
+    run_id: str,
+    *,
+    ttl_seconds: float,
+    run_ended: Callable[[str], bool] | None,
+) -> HeldLock:
+    """Hold `name` for the run until `held` closes; LockHeldError while a live owner has it.
+
+    A lock still owned by a run that has ended was left by a run whose process died. The
+    lock-release sensor frees it on its next tick, but a run started before that (a user's
+    relaunch, the instance's retry of the dead run) would be refused while nothing runs.
+    """
+    try:
+        return held.enter_context(locks.hold(name, run_id, ttl_seconds=ttl_seconds))
+    except LockHeldError:
+        owner = locks.owner_of(name)
+        if owner is None or run_ended is None or not run_ended(owner):
+            raise
+        # Frees it only while the ended run still owns it: if another run took it in the
+        # meantime, the hold below is refused as it should be.
+        locks.release(name, owner)
+    return held.enter_context(locks.hold(name, run_id, ttl_seconds=ttl_seconds))
+
+
 def execute_crawl(
     plan: RunPlan,
     *,
@@ -269,10 +296,12 @@ def execute_crawl(
     crawler: Crawler,
     previous_blob_key: str | None,
     lock_ttl_seconds: float = LOCK_TTL_SECONDS,
+    run_ended: Callable[[str], bool] | None = None,
 ) -> CrawlReport:
     """Crawl the plan's URLs into a JSON Lines blob and charge the successes once per `charge_key`.
 
-    Raises RunRefused for a held lock or missing credit, before any request is sent.
+    Raises RunRefused for a held lock or missing credit, before any request is sent. A lock whose
+    owner `run_ended` says is a run that has ended is taken over instead.
     """
     started = time.monotonic()
     key = run_result_key(workspace_id=plan.workspace_id, pipeline_id=plan.pipeline_id, run_id=run_id)
@@ -280,15 +309,13 @@ def execute_crawl(
     with ExitStack() as held:
         # Both locks are owned by the run, so a run-status sensor can free what a dead run left.
         try:
-            pipeline_lock = held.enter_context(
-                locks.hold(pipeline_lock_name(plan.pipeline_id), run_id, ttl_seconds=lock_ttl_seconds)
-            )
+            pipeline_lock = _take_lock(held, locks, pipeline_lock_name(plan.pipeline_id), run_id,
+                                       ttl_seconds=lock_ttl_seconds, run_ended=run_ended)
         except LockHeldError:
             raise RunRefused("a run for this pipeline is already in progress") from None
         try:
-            connector_lock = held.enter_context(
-                locks.hold(connector_lock_name(plan.connector_id), run_id, ttl_seconds=lock_ttl_seconds)
-            )
+            connector_lock = _take_lock(held, locks, connector_lock_name(plan.connector_id), run_id,
+                                        ttl_seconds=lock_ttl_seconds, run_ended=run_ended)
         except LockHeldError:
             raise RunRefused("connector is currently indexing; retry later") from None
         try:

@@ -149,6 +149,24 @@ def test_a_second_run_while_one_holds_the_lock_fails_already_in_progress(stack: 
     assert stack.locks.owner_of(pipeline_lock_name(pipeline_id)) == "another-run"
 
 
+def test_locks_left_by_a_run_whose_process_died_are_taken_over_once_dagster_ends_it(stack: Stack):
+    """A run killed mid-crawl never releases its locks. The lock-release sensor frees them on its next
+    tick; a run started before that (a relaunch, the instance's retry) must not be refused meanwhile."""
+    workspace_id, pipeline_id = stack.pipeline(stack.site(1))
+    with stack.sessions() as session:
+        connector_id = session.get(Pipeline, pipeline_id).connector_id
+    dead = stack.instance.add_run(dg.DagsterRun(job_name="pipeline_run", status=dg.DagsterRunStatus.STARTED))
+    names = [pipeline_lock_name(pipeline_id), connector_lock_name(connector_id)]
+    for name in names:
+        stack.locks.acquire(name, dead.run_id, ttl_seconds=600)
+    # While Dagster still has it running, its locks are its own.
+    assert_refused(stack, workspace_id, pipeline_id, "a run for this pipeline is already in progress",
+                   ours_to_free=False)
+    stack.instance.report_run_failed(dead)
+    assert stack.run(pipeline_id, workspace_id).success
+    assert [stack.locks.owner_of(name) for name in names] == [None, None]
+
+
 def test_a_busy_connector_is_refused_and_the_pipeline_lock_released(embedded: Stack):
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
     with embedded.sessions() as session:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pipelines_dagster.core.extract import extract_page
@@ -24,6 +27,8 @@ ARTICLE = (
 PAGE = html_document("Workers", f"{ARTICLE}\n\n{ARTICLE}").encode()
 # Seconds of extraction: long enough to be caught in the middle of it.
 HUGE_PAGE = html_document("Huge", "\n\n".join(f"{ARTICLE} Part {n}." for n in range(20000))).encode()
+# Minutes of extraction (many tiny paragraphs): a worker on it is busy long after a test gives up.
+ENDLESS_PAGE = html_document("Endless", "\n\n".join(f"w{n} x" for n in range(300000))).encode()
 
 
 @pytest.fixture
@@ -144,15 +149,76 @@ def test_close_stops_every_worker_and_later_pages_are_refused() -> None:
         extract(workers, PAGE)
 
 
-def assert_exited(pid: int) -> None:
+# Starts a worker and extracts the page it reads from stdin; prints the worker's pid first, and that
+# of a forked child that keeps the worker's request pipe open after this process dies (0 for none).
+WORKERS_PARENT = """
+import os, sys, time
+from pipelines_dagster.core.extract_workers import ExtractionWorkers
+workers = ExtractionWorkers(1, timeout=600)
+holder = os.fork() if sys.argv[1:] == ["fork"] else None
+if holder == 0:
+    time.sleep(60)
+    os._exit(0)
+print(*workers.pids, holder or 0, flush=True)
+workers.extract(sys.stdin.buffer.read(), media_type="text/html", charset="utf-8", url="https://docs.example.com/endless")
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads a process's state from /proc (Linux)")
+@pytest.mark.parametrize("holder", [None, "fork"], ids=["pipe-closes", "pipe-held-open-by-a-forked-child"])
+def test_a_worker_exits_within_two_seconds_of_its_parent_being_killed_mid_page(holder: str | None) -> None:
+    command = [sys.executable, "-c", WORKERS_PARENT, *([holder] if holder else [])]
+    parent = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    started: list[psutil.Process] = []
+    try:
+        assert parent.stdin is not None and parent.stdout is not None
+        started = [psutil.Process(int(pid)) for pid in parent.stdout.readline().split() if pid != b"0"]
+        worker = started[0]
+        parent.stdin.write(ENDLESS_PAGE)
+        parent.stdin.close()
+
+        def cpu_seconds() -> float:
+            times = worker.cpu_times()
+            return times.user + times.system
+
+        # Start-up costs a few tenths of a CPU-second; past a whole one the worker is inside the page.
+        deadline = time.monotonic() + 30
+        while cpu_seconds() < 1.0:
+            assert time.monotonic() < deadline, "the worker never got going on the page"
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait()
+        assert_exited(worker.pid, timeout=2)
+    finally:
+        parent.kill()
+        parent.wait()
+        for process in started:
+            if process.is_running():
+                process.kill()  # psutil checks it is still the same process, not a reused pid
+
+
+def assert_exited(pid: int, *, timeout: float = 10) -> None:
     """The process is gone (reaped, or a zombie about to be)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().split(") ", 1)[1].startswith("Z"):
-                    return
-        except FileNotFoundError:
+        if not running_threads(pid):
             return
         time.sleep(0.02)
     raise AssertionError(f"worker {pid} is still running")
+
+
+def running_threads(pid: int) -> int:
+    """Threads of the process not yet ended. Not the main thread's state alone: a killed worker's
+    main thread is a zombie a moment before its watch thread ends, and only then can it be reaped."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return 0
+    running = 0
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as stat:
+                running += not stat.read().split(") ", 1)[1].startswith(("Z", "X"))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return running

@@ -60,6 +60,7 @@ def pipeline_run_request(
 ) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=run_key,
+        job_name=PIPELINE_JOB,
         partition_key=partition_key(pipeline_id),
         tags={**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger), **extra_tags},
     )

@@ -51,9 +51,12 @@ def make_pipeline(app_db: AppDatabaseResource, *, due: bool = True, enabled: boo
 
 
 def evaluate(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, app_db, cursor: str | None = None):
+    """One tick as the daemon evaluates it: run requests resolved and checked against the sensor's jobs."""
+    from pipelines_dagster.definitions import defs
+
     with dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
-                                 resources={"app_db": app_db}) as context:
-        return sensor(context)
+                                 resources={"app_db": app_db}, repository_def=defs.get_repository_def()) as context:
+        return sensor.evaluate_tick(context)
 
 
 def requests_for(result: dg.SensorResult, pipeline_id: int) -> list[dg.RunRequest]:

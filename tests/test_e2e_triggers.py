@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -215,6 +216,36 @@ def test_the_cli_manual_run_starts_within_ten_seconds(deployment: Deployment):
     deployment.wait_for("the manual run to start", begun, timeout=10 - (time.monotonic() - started))
     run = deployment.finished_run(pipeline_id, "manual", timeout=90)
     assert run.status == dg.DagsterRunStatus.SUCCESS and run.run_id == run_id
+
+
+def test_fires_due_together_run_as_one_batch_run_with_an_entry_per_pipeline(deployment: Deployment):
+    from pipelines_dagster.app_db.models import PipelineTrigger
+    from pipelines_dagster.jobs import batch_pipeline_ids
+
+    # Schedules that never fall due by themselves, made due at one moment, as at the top of the hour.
+    pipelines = [deployment.pipeline(f"batch{n}", cron="0 0 29 2 *", timezone="UTC") for n in range(2)]
+    pipeline_ids = {pipeline_id for _, pipeline_id in pipelines}
+    with transaction(deployment.sessions) as session:
+        session.execute(sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id.in_(pipeline_ids))
+                        .values(next_fire_at=datetime.now(UTC)))
+
+    def batch_run() -> dg.DagsterRun | None:
+        for run in deployment.instance.get_runs(dg.RunsFilter(job_name="pipeline_batch")):
+            if pipeline_ids <= set(batch_pipeline_ids(run.tags)) and run.is_finished:
+                return run
+        return None
+
+    run = deployment.wait_for("a batch run of both pipelines", batch_run, timeout=90)
+    assert run.status == dg.DagsterRunStatus.SUCCESS and run.tags["trigger"] == "scheduled"
+    for workspace_id, pipeline_id in pipelines:
+        with transaction(deployment.sessions) as session:
+            token = catalog.issue_api_token(session, workspace_id)
+        answer = httpx.get(f"{deployment.api_url}/workspaces/{workspace_id}/pipelines/{pipeline_id}/runs",
+                           headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200, answer.text
+        [entry] = [entry for entry in answer.json()["runs"] if entry["run_id"] == run.run_id]
+        assert (entry["pipeline_id"], entry["status"], entry["trigger"]) == (pipeline_id, "succeeded", "scheduled")
+        assert (entry["crawls_succeeded"], entry["documents_created"], entry["charged_micros"]) == (3, 3, 3000)
 
 
 BACKFILL = """mutation($params: LaunchBackfillParams!) {

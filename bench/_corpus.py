@@ -582,8 +582,8 @@ class TreeSampler:
 
 
 class OtherLoad:
-    """How busy the rest of the machine kept its cores over a phase, as a share of all of them: the
-    CPU time every process used, less this process's, its children's and `also`'s.
+    """How busy the rest of the machine kept its cores over a phase, as a share of all of them (`share`):
+    the CPU time every process used, less ours (`cpu`: this process's, its children's and `also`'s).
 
     Children count when they are reaped, with the descendants they reaped in turn (a Dagster run's
     extraction workers), so exact figures need every child of the phase to have exited by its end.
@@ -618,7 +618,8 @@ class OtherLoad:
 
     def __exit__(self, *exc_info: object) -> None:
         wall, machine, ours = time.perf_counter(), self._machine(), self._ours()
-        others = (machine - self._start[1]) - (ours - self._start[2])
+        self.cpu = ours - self._start[2]
+        others = (machine - self._start[1]) - self.cpu
         self.share = max(0.0, others) / ((wall - self._start[0]) * (os.cpu_count() or 1))
 
 

@@ -26,6 +26,7 @@ and the rest site chrome, navigation and markup: highlighted code, tables, admon
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -71,13 +72,17 @@ def reference_loop(urls: list[str]) -> int:
     return extracted
 
 
-def timed(work: Callable[[], Any], *, server_pid: int) -> tuple[float, float, Any]:
-    """(wall seconds, share of the machine other processes used meanwhile, result) of `work()`."""
+def timed(work: Callable[[], Any], *, server_pid: int) -> tuple[float, OtherLoad, Any]:
+    """(wall seconds, the CPU it and the rest of the machine used meanwhile, result) of `work()`."""
     with OtherLoad(also=(server_pid,)) as load:
         started = time.perf_counter()
         value = work()
         seconds = time.perf_counter() - started
-    return seconds, load.share, value
+    return seconds, load, value
+
+
+def cores(cpu: float, wall: float) -> str:
+    return f"{cpu:.1f} CPU-s, {cpu / wall:.2f} of {os.cpu_count()} cores"
 
 
 def busy(share: float) -> str:
@@ -93,6 +98,8 @@ class Run:
     """One `dagster asset materialize` process and the Dagster run it made."""
 
     wall: float
+    # CPU seconds of the command, its extraction workers and the corpus server.
+    cpu: float
     others: float
     exit_code: int
     run_id: str | None
@@ -123,8 +130,8 @@ def materialize(home: EmbeddedHome, pipeline_id: int, *, server_pid: int, log: P
         tags={"dagster/partition": str(pipeline_id)}, created_after=datetime.fromtimestamp(started_at, tz=UTC)
     ), limit=1)
     if not records:
-        return Run(wall=wall, others=load.share, exit_code=exit_code, run_id=None, success=False, metadata={},
-                   failed_checks=[], phases=[("process start to exit", wall)])
+        return Run(wall=wall, cpu=load.cpu, others=load.share, exit_code=exit_code, run_id=None, success=False,
+                   metadata={}, failed_checks=[], phases=[("process start to exit", wall)])
     record = records[0]
     run_id = record.dagster_run.run_id
     metadata: dict[str, dict[str, Any]] = {}
@@ -150,7 +157,7 @@ def materialize(home: EmbeddedHome, pipeline_id: int, *, server_pid: int, log: P
         ("in the run, outside the steps (resources, events)", run_end - run_start - step_total),
         ("run end to process exit (the CLI's and the interpreter's teardown)", ended_at - run_end),
     ]
-    return Run(wall=wall, others=load.share, exit_code=exit_code, run_id=run_id,
+    return Run(wall=wall, cpu=load.cpu, others=load.share, exit_code=exit_code, run_id=run_id,
                success=record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, metadata=metadata,
                failed_checks=failed_checks, phases=phases)
 
@@ -267,15 +274,17 @@ def main() -> int:
         reference_loop(urls[:3])  # the loop's one-off first-use costs, as a warm worker has paid them
         for number in range(1, args.rounds + 1):
             print(f"round {number}:")
-            seconds, others, extracted = timed(lambda: reference_loop(urls), server_pid=server.pid)
+            seconds, load, extracted = timed(lambda: reference_loop(urls), server_pid=server.pid)
             if extracted != len(urls):
                 failed.append(f"the reference loop extracted {extracted} of {len(urls)} pages")
-            print(f"  (a) reference loop      {seconds:6.2f} s  {len(urls) / seconds:6.1f} pages/s  [{busy(others)}]")
+            print(f"  (a) reference loop      {seconds:6.2f} s  {len(urls) / seconds:6.1f} pages/s  "
+                  f"({cores(load.cpu, seconds)})  [{busy(load.share)}]")
             loops.append(seconds)
             result = crawl_round(urls, server_pid=server.pid, number=number)
             first, again = result["first"], result["again"]
             print(f"  (b) first crawl         {first.wall:6.2f} s  {len(urls) / first.wall:6.1f} pages/s  "
-                  f"(crawl_results step {first.step_seconds('crawl_results'):.2f} s)  [{busy(first.others)}]")
+                  f"({cores(first.cpu, first.wall)}; crawl_results step {first.step_seconds('crawl_results'):.2f} s)"
+                  f"  [{busy(first.others)}]")
             print(f"      unchanged re-crawl  {again.wall:6.2f} s  (crawl_results step "
                   f"{again.step_seconds('crawl_results'):.2f} s, "
                   f"{again.metadata.get('crawl_results', {}).get('urls_unchanged')} of {len(urls)} unchanged)  "
@@ -297,7 +306,8 @@ def main() -> int:
 
     paired = ", ".join(f"{loop / result['first'].wall:.2f}x" for loop, result in zip(loops, rounds))
     print(f"best of {args.rounds} rounds (each round's own b/a: {paired}):")
-    print(f"  (a) reference loop {loop_rate:.1f} pages/s, (b) first crawl end to end {crawl_rate:.1f} pages/s")
+    print(f"  (a) reference loop {loop_rate:.1f} pages/s, (b) first crawl end to end {crawl_rate:.1f} pages/s "
+          f"({cores(best_first.cpu, best_first.wall)})")
     print(f"  throughput ratio b/a = {speedup:.2f}x (target >= {SPEEDUP_TARGET}): {verdict(speedup_ok)}")
     print(f"  re-crawl ratio, wall time of the command: first {best_first.wall:.2f} s / unchanged "
           f"{best_again.wall:.2f} s = {recrawl:.1f}x (target >= {RECRAWL_TARGET:g}): {verdict(recrawl_ok)}")

@@ -8,8 +8,10 @@ raw ASGI app that answers from memory with ETag and Last-Modified and honours co
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,8 +21,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from email.utils import formatdate, parsedate_to_datetime
 from hashlib import sha256
@@ -33,6 +35,7 @@ MiB = 1024 * KiB
 ROBOTS_TXT = b"User-agent: *\nAllow: /\n"
 # One fixed modification time, so Last-Modified is the same on every run of a bench.
 LAST_MODIFIED = formatdate(1_700_000_000, usegmt=True)
+REPO = Path(__file__).resolve().parents[1]
 
 _WORDS = (
     "pipeline asset partition sensor schedule resource executor worker queue broker cluster node "
@@ -67,6 +70,10 @@ _LANGUAGES = ("python", "bash", "yaml", "json", "sql")
 
 class _Page:
     """One seeded documentation page built up as a list of HTML fragments."""
+
+    # What follows a subsection's paragraphs: the method drawn when a roll in [0, 1) falls below its
+    # odds (the first that fits); past the last, nothing.
+    BLOCKS: tuple[tuple[float, str], ...] = ((0.35, "listing"), (0.55, "table"), (0.75, "code"))
 
     def __init__(self, rng: random.Random, index: int, pages: int) -> None:
         self.rng = rng
@@ -117,20 +124,22 @@ class _Page:
         language = self.rng.choice(_LANGUAGES)
         return f'<pre><code class="language-{language}">{escape(lines)}</code></pre>\n'
 
+    def heading(self, level: int, anchor: str, text: str) -> str:
+        return f'<h{level} id="{anchor}">{text}</h{level}>\n'
+
+    def block(self) -> str:
+        """What follows a subsection's paragraphs, if anything, drawn by the odds in BLOCKS."""
+        roll = self.rng.random()
+        return next((getattr(self, name)() for odds, name in self.BLOCKS if roll < odds), "")
+
     def section(self, number: int) -> str:
         rng = self.rng
-        parts = [f'<h2 id="s{number}">{number}. {self.words(2, 5).capitalize()}</h2>\n']
+        parts = [self.heading(2, f"s{number}", f"{number}. {self.words(2, 5).capitalize()}")]
         for sub in range(rng.randint(1, 3)):
             if sub:
-                parts.append(f"<h3>{number}.{sub} {self.words(2, 4).capitalize()}</h3>\n")
+                parts.append(self.heading(3, f"s{number}-{sub}", f"{number}.{sub} {self.words(2, 4).capitalize()}"))
             parts.extend(self.paragraph() for _ in range(rng.randint(1, 3)))
-            roll = rng.random()
-            if roll < 0.35:
-                parts.append(self.listing())
-            elif roll < 0.55:
-                parts.append(self.table())
-            elif roll < 0.75:
-                parts.append(self.code())
+            parts.append(self.block())
         return "".join(parts)
 
 
@@ -181,6 +190,242 @@ def write_corpus(root: Path, *, pages: int, min_bytes: int, seed: int, spread: i
     for index, path in enumerate(paths):
         size = min_bytes + (rng.randrange(spread) if spread else 0)
         (root / path.lstrip("/")).write_bytes(page_html(rng, index, pages=pages, min_bytes=size))
+    return paths
+
+
+# -- a documentation site as the common docs themes render it ---------------------------------------
+
+_ICONS = ("search", "menu", "close", "github", "copy", "edit", "link", "arrow-left", "arrow-right", "info",
+          "warning", "external", "sun", "moon")
+_CSS_BLOCKS = ("md-header", "md-nav", "md-sidebar", "md-content", "md-footer", "md-search", "md-tabs",
+               "md-typeset", "md-source", "md-top", "md-banner", "md-dialog")
+_CSS_PARTS = ("item", "link", "title", "icon", "list", "inner", "wrap", "container", "toggle", "label")
+
+
+class _DocsPage(_Page):
+    """A page body as Sphinx, MkDocs Material or Docusaurus render one: sections with anchor links,
+    admonitions, and code highlighted token by token (Pygments-style spans) with a copy button."""
+
+    BLOCKS = ((0.25, "listing"), (0.4, "table"), (0.75, "code"), (0.85, "admonition"))
+
+    def __init__(self, rng: random.Random, index: int, pages: int) -> None:
+        super().__init__(rng, index, pages)
+        self.headings: list[tuple[str, str]] = []
+
+    def sentence(self) -> str:
+        """A sentence with the inline markup docs generators emit: code literals, cross-references, emphasis."""
+        rng = self.rng
+        text = self.words(8, 22)
+        if rng.random() < 0.5:
+            text += (f' <code class="docutils literal notranslate"><span class="pre">{rng.choice(_WORDS)}_'
+                     f"{rng.randint(1, 99)}</span></code>")
+        if rng.random() < 0.35:
+            target = rng.randrange(self.pages)
+            text += (f' (see <a class="reference internal" href="/docs/page-{target:05d}.html#s1" '
+                     f'title="{self.words(2, 4)}"><span class="std std-ref">{self.words(2, 4)}</span></a>)')
+        if rng.random() < 0.2:
+            text += f" <em>{self.words(1, 3)}</em> {self.words(2, 6)}"
+        return text[0].upper() + text[1:] + "."
+
+    def code(self) -> str:
+        rng = self.rng
+        lines = []
+        for number in range(rng.randint(4, 16)):
+            name, call, literal = rng.choice(_WORDS), rng.choice(_WORDS), rng.choice(_WORDS)
+            lines.append(
+                f'<span class="n">{name}_{number}</span> <span class="o">=</span> <span class="n">{call}</span>'
+                f'<span class="p">(</span><span class="s2">&quot;{literal}&quot;</span><span class="p">,</span> '
+                f'<span class="n">limit</span><span class="o">=</span><span class="mi">{rng.randint(0, 999)}</span>'
+                '<span class="p">)</span>'
+            )
+        return (
+            f'<div class="highlight-{rng.choice(_LANGUAGES)} notranslate"><div class="highlight"><pre><span></span>'
+            + "\n".join(lines)
+            + '</pre><button class="md-clipboard" title="Copy to clipboard"><svg class="md-icon">'
+            '<use href="#icon-copy"></use></svg></button></div></div>\n'
+        )
+
+    def admonition(self) -> str:
+        kind = self.rng.choice(("note", "tip", "warning", "important"))
+        title = f'<p class="admonition-title">{kind.title()}</p>'
+        return f'<div class="admonition {kind}">{title}{self.paragraph()}</div>\n'
+
+    def heading(self, level: int, anchor: str, text: str) -> str:
+        self.headings.append((anchor, text))
+        return (f'<h{level} id="{anchor}">{text}<a class="headerlink" href="#{anchor}" '
+                f'title="Link to this heading">#</a></h{level}>\n')
+
+    def section(self, number: int) -> str:
+        return f'<section id="section-{number}">{super().section(number)}</section>\n'
+
+
+class DocsSite:
+    """A seeded documentation site of `pages` pages in `len(_TOPICS)` sections, marked up the way the
+    common docs themes (Sphinx Furo / Read the Docs, MkDocs Material, Docusaurus) render a page:
+
+    - the same site chrome on every page: head with Open Graph tags, preloads, inline critical CSS and
+      a theme script; an inline SVG icon sprite; a header with logo, search form, version and
+      repository links; section tabs; a footer with link columns;
+    - per page: a sidebar with every section and the current section's pages, breadcrumbs, an
+      "edit this page" link, an on-page table of contents, previous / next links;
+    - the article: sections with anchor links, paragraphs, lists, tables, admonitions and
+      token-highlighted code.
+    """
+
+    def __init__(self, *, pages: int, seed: int) -> None:
+        rng = random.Random(seed)
+        self.pages = pages
+        words = _Page(rng, 0, pages).words
+        self.titles = [f"{rng.choice(_TOPICS)}: {words(2, 4)}".capitalize() for _ in range(pages)]
+        self.section_of = [index * len(_TOPICS) // pages for index in range(pages)]
+        self.members: list[list[int]] = [[] for _ in _TOPICS]
+        for index, section in enumerate(self.section_of):
+            self.members[section].append(index)
+        css = "".join(
+            f".{block}__{part}{rng.choice(('', '--active', '--nested', ':hover'))}{{"
+            f"color:#{rng.randrange(16**6):06x};padding:{rng.randint(0, 24)}px {rng.randint(0, 24)}px;"
+            f"margin:0 0 {rng.randint(0, 16)}px;font-size:.{rng.randint(6, 9)}rem}}"
+            for block in _CSS_BLOCKS for part in _CSS_PARTS[:rng.randint(4, len(_CSS_PARTS))]
+        )
+        sprite = "".join(
+            f'<symbol id="icon-{name}" viewBox="0 0 24 24"><path d="M'
+            + " ".join(f"{rng.uniform(0, 24):.2f} {rng.uniform(0, 24):.2f}" for _ in range(rng.randint(20, 50)))
+            + 'z"/></symbol>'
+            for name in _ICONS
+        )
+        tabs = "".join(f'<li class="md-tabs__item"><a class="md-tabs__link" href="{self.href(members[0])}">'
+                       f"{escape(_TOPICS[section])}</a></li>"
+                       for section, members in enumerate(self.members) if members)
+        columns = "".join(
+            '<div class="footer-column"><p class="footer-title">' + escape(_TOPICS[section]) + "</p><ul>"
+            + "".join(f'<li><a href="{self.href(index)}">{escape(self.titles[index])}</a></li>'
+                      for index in self.members[section][:6])
+            + "</ul></div>"
+            for section in range(0, len(_TOPICS), 4)
+        )
+        self.head = (
+            '<meta name="viewport" content="width=device-width,initial-scale=1">\n'
+            '<meta name="generator" content="docs-theme 9.5">\n'
+            '<link rel="icon" href="/assets/favicon.png">\n'
+            + "".join(f'<link rel="preload" href="/assets/{name}" as="{kind}">\n' for name, kind in (
+                ("fonts/inter-400.woff2", "font"), ("fonts/inter-600.woff2", "font"),
+                ("fonts/mono-400.woff2", "font"), ("javascripts/bundle.js", "script")))
+            + '<link rel="stylesheet" href="/assets/stylesheets/main.css">\n'
+            '<link rel="stylesheet" href="/assets/stylesheets/palette.css">\n'
+            f"<style>{css}</style>\n"
+            '<script>var __config={"base":"/","features":["navigation.tabs","navigation.sections",'
+            '"content.code.copy","search.highlight"],"search":"/assets/javascripts/workers/search.js",'
+            '"translations":{"clipboard.copy":"Copy to clipboard","clipboard.copied":"Copied",'
+            '"search.result.none":"No matching documents","search.result.one":"1 matching document"}};'
+            'document.documentElement.dataset.theme=localStorage.getItem("theme")||"light";</script>\n'
+        )
+        self.top = (
+            f'<svg xmlns="http://www.w3.org/2000/svg" style="display:none">{sprite}</svg>\n'
+            '<header class="md-header"><nav class="md-header__inner"><a class="md-header__logo" href="/">'
+            '<svg class="md-icon"><use href="#icon-menu"></use></svg> Pipelines Docs</a>'
+            '<form class="md-search" role="search" action="/search/"><input class="md-search__input" '
+            'type="text" name="q" placeholder="Search" autocomplete="off"><button class="md-search__icon">'
+            '<svg class="md-icon"><use href="#icon-search"></use></svg></button></form>'
+            '<div class="md-version"><button class="md-version__current">v2.4</button><ul>'
+            + "".join(f'<li><a href="/v{version}/">v{version}</a></li>' for version in ("2.4", "2.3", "2.2", "1.9"))
+            + '</ul></div><a class="md-source" href="https://github.com/example/pipelines">'
+            '<svg class="md-icon"><use href="#icon-github"></use></svg> example/pipelines</a>'
+            '<button class="md-theme"><svg class="md-icon"><use href="#icon-moon"></use></svg></button>'
+            f'</nav><nav class="md-tabs"><ul class="md-tabs__list">{tabs}</ul></nav></header>\n'
+        )
+        self.bottom = (
+            f'<footer class="md-footer"><div class="md-footer__columns">{columns}</div>'
+            '<p class="md-copyright">Copyright 2019-2025 Pipelines Docs contributors. Built with a docs '
+            'theme.</p></footer>\n<script src="/assets/javascripts/bundle.js"></script>\n</body></html>\n'
+        )
+
+    @staticmethod
+    def href(index: int) -> str:
+        return f"/docs/page-{index:05d}.html"
+
+    def link(self, index: int, css: str) -> str:
+        return f'<a class="{css}" href="{self.href(index)}">{escape(self.titles[index])}</a>'
+
+    def sidebar(self, index: int) -> str:
+        current = self.section_of[index]
+        items = []
+        for section, members in enumerate(self.members):
+            if not members:
+                continue
+            nested = ""
+            if section == current:
+                nested = '<ul class="md-nav__list">' + "".join(
+                    f'<li class="md-nav__item{" md-nav__item--active" if member == index else ""}">'
+                    + self.link(member, "md-nav__link") + "</li>"
+                    for member in members
+                ) + "</ul>"
+            active = " md-nav__item--active" if section == current else ""
+            items.append(f'<li class="md-nav__item md-nav__item--section{active}"><label class="md-nav__title">'
+                         f'<a class="md-nav__link" href="{self.href(members[0])}">{escape(_TOPICS[section])}</a>'
+                         f'</label>{nested}</li>')
+        return ('<div class="md-sidebar md-sidebar--primary"><nav class="md-nav md-nav--primary" '
+                f'aria-label="Navigation"><ul class="md-nav__list">{"".join(items)}</ul></nav></div>\n')
+
+    def page(self, rng: random.Random, index: int, *, min_bytes: int) -> bytes:
+        """Page `index`, at least `min_bytes` long (the article grows to fit)."""
+        page = _DocsPage(rng, index, self.pages)
+        title = self.titles[index]
+        description = page.sentence()
+        year, month, day = 2020 + rng.randrange(5), rng.randint(1, 12), rng.randint(1, 28)
+        section = self.section_of[index]
+        head = (
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>{escape(title)} - '
+            f'Pipelines Docs</title>\n<meta name="description" content="{escape(description)}">\n'
+            f'<meta name="author" content="Docs Team {rng.randint(1, 9)}">\n'
+            f'<meta property="og:title" content="{escape(title)}">\n<meta property="og:type" content="article">\n'
+            f'<meta property="article:published_time" content="{year}-{month:02d}-{day:02d}">\n'
+            f'<link rel="canonical" href="https://docs.example.com{self.href(index)}">\n'
+            f"{self.head}</head>\n<body>\n{self.top}{self.sidebar(index)}"
+            '<main class="md-main"><div class="md-content"><nav class="md-path" aria-label="Breadcrumbs"><ol>'
+            f'<li><a href="/">Docs</a></li><li><a href="{self.href(self.members[section][0])}">'
+            f"{escape(_TOPICS[section])}</a></li><li>{escape(title)}</li></ol></nav>\n"
+            f'<article class="md-content__inner md-typeset"><a class="md-content__button" '
+            f'href="https://github.com/example/pipelines/edit/main/docs/page-{index:05d}.md" title="Edit this page">'
+            f'<svg class="md-icon"><use href="#icon-edit"></use></svg></a>\n<h1>{escape(title)}</h1>\n'
+            f'<p class="lead">{description}</p>\n'
+        )
+        previous, following = (index - 1) % self.pages, (index + 1) % self.pages
+        tail = (
+            f'<p class="md-source-file">Last updated {year}-{month:02d}-{day:02d}</p></article>\n'
+            '<nav class="md-footer__nav" aria-label="Footer">'
+            f'{self.link(previous, "md-footer__link md-footer__link--prev")}'
+            f'{self.link(following, "md-footer__link md-footer__link--next")}</nav></div></main>\n'
+        )
+        page.add(head)
+        number = 1
+        # The table of contents lists about 60 bytes a heading; budget for it as the article grows.
+        while page.size + len(tail) + len(self.bottom) + 60 * len(page.headings) < min_bytes or number <= 2:
+            page.add(page.section(number))
+            number += 1
+        toc = "".join(f'<li class="md-nav__item"><a class="md-nav__link" href="#{anchor}">{escape(heading)}</a></li>'
+                      for anchor, heading in page.headings)
+        page.add(tail)
+        page.add('<div class="md-sidebar md-sidebar--secondary"><nav class="md-nav md-nav--secondary" '
+                 f'aria-label="On this page"><label class="md-nav__title">On this page</label><ul>{toc}</ul></nav>'
+                 "</div>\n")
+        page.add(self.bottom)
+        return "".join(page.parts).encode("utf-8")
+
+
+def write_docs_site(root: Path, *, pages: int, median_bytes: int, seed: int) -> list[str]:
+    """Write a `DocsSite` of `pages` pages under root/docs; return their URL paths in order.
+
+    Page sizes are log-normal around `median_bytes` (sigma 0.5: 5% of pages under 0.44x the median,
+    5% over 2.3x), clipped to 0.4x-5x the median: most pages are guides of moderate length, a few
+    are long reference pages.
+    """
+    rng = random.Random(seed)
+    site = DocsSite(pages=pages, seed=seed)
+    (root / "docs").mkdir(parents=True, exist_ok=True)
+    paths = page_paths(pages)
+    for index, path in enumerate(paths):
+        size = min(max(rng.lognormvariate(math.log(median_bytes), 0.5), 0.4 * median_bytes), 5 * median_bytes)
+        (root / path.lstrip("/")).write_bytes(site.page(rng, index, min_bytes=int(size)))
     return paths
 
 
@@ -285,22 +530,15 @@ def _serve(root: Path, port: int) -> None:
 
 
 class TreeSampler:
-    """Samples a process and its descendants in a thread: peak RSS (main process, descendants, and
-    their sum at one instant) and CPU seconds used, plus what every other process on the machine used.
+    """Samples a process and its descendants in a thread: peak RSS of the main process, of its
+    descendants, and of their sum at one instant."""
 
-    A descendant that exits between samples loses at most one interval of CPU time.
-    """
-
-    def __init__(self, pid: int | None = None, *, also: tuple[int, ...] = (), interval: float = 0.05) -> None:
+    def __init__(self, pid: int | None = None, *, interval: float = 0.05) -> None:
         import psutil
 
         self._psutil = psutil
         self._root = psutil.Process(pid or os.getpid())
-        # Processes whose CPU counts as ours but whose memory does not (the corpus server).
-        self._also = [psutil.Process(extra) for extra in also]
         self._interval = interval
-        self._cpu: dict[int, float] = {}
-        self._start_cpu: dict[int, float] = {}
         self.peak_main = self.peak_children = self.peak_total = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tree-sampler", daemon=True)
@@ -313,15 +551,10 @@ class TreeSampler:
 
     def _sample(self) -> None:
         main = children = 0
-        for process in [*self._processes(), *self._also]:
+        for process in self._processes():
             try:
-                with process.oneshot():
-                    rss = process.memory_info().rss
-                    times = process.cpu_times()
+                rss = process.memory_info().rss
             except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
-                continue
-            self._cpu[process.pid] = times.user + times.system
-            if process in self._also:
                 continue
             if process.pid == self._root.pid:
                 main = rss
@@ -337,8 +570,6 @@ class TreeSampler:
 
     def __enter__(self) -> TreeSampler:
         self._sample()
-        self._start_cpu = dict(self._cpu)
-        self._machine_start = self._psutil.cpu_times()
         self._wall_start = time.perf_counter()
         self._thread.start()
         return self
@@ -348,11 +579,48 @@ class TreeSampler:
         self._thread.join()
         self._sample()
         self.wall = time.perf_counter() - self._wall_start
-        machine = self._psutil.cpu_times()
-        busy = sum(getattr(machine, f) - getattr(self._machine_start, f) for f in ("user", "system", "nice"))
-        self.cpu = sum(seconds - self._start_cpu.get(pid, 0.0) for pid, seconds in self._cpu.items())
-        # Everything else the machine ran meanwhile, as a share of all its cores over the phase.
-        self.others_share = max(0.0, busy - self.cpu) / (self.wall * (os.cpu_count() or 1))
+
+
+class OtherLoad:
+    """How busy the rest of the machine kept its cores over a phase, as a share of all of them (`share`):
+    the CPU time every process used, less ours (`cpu`: this process's, its children's and `also`'s).
+
+    Children count when they are reaped, with the descendants they reaped in turn (a Dagster run's
+    extraction workers), so exact figures need every child of the phase to have exited by its end.
+    """
+
+    def __init__(self, *, also: tuple[int, ...] = ()) -> None:
+        import psutil
+
+        self._psutil = psutil
+        # Processes whose CPU counts as ours although they are not our children (the corpus server).
+        self._also = [psutil.Process(pid) for pid in also]
+
+    def _machine(self) -> float:
+        times = self._psutil.cpu_times()
+        return times.user + times.system + times.nice
+
+    def _ours(self) -> float:
+        import resource
+
+        seconds = 0.0
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+            usage = resource.getrusage(who)
+            seconds += usage.ru_utime + usage.ru_stime
+        for process in self._also:
+            times = process.cpu_times()
+            seconds += times.user + times.system
+        return seconds
+
+    def __enter__(self) -> OtherLoad:
+        self._start = (time.perf_counter(), self._machine(), self._ours())
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        wall, machine, ours = time.perf_counter(), self._machine(), self._ours()
+        self.cpu = ours - self._start[2]
+        others = (machine - self._start[1]) - self.cpu
+        self.share = max(0.0, others) / ((wall - self._start[0]) * (os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -412,20 +680,10 @@ class EmbeddedStack:
 
     def pipeline(self, urls: list[str], *, name: str = "bench", enabled: bool = True) -> tuple[int, int]:
         """A workspace with a web connector over `urls` and a raw-crawl pipeline: (workspace id, pipeline id)."""
-        from pipelines_dagster import services
-        from pipelines_dagster.app_db.engine import session_factory, transaction
-        from pipelines_dagster.core import catalog
+        from pipelines_dagster.app_db.engine import session_factory
 
-        with transaction(session_factory(self.engine)) as session:
-            workspace = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{uuid.uuid4().hex[:6]}")
-            connector = catalog.create_connector(
-                session, workspace_id=workspace.workspace.id, connector_type="webcrawler", urls=urls
-            )
-            pipeline = services.create_pipeline(
-                session, self.instance, workspace_id=workspace.workspace.id, connector_id=connector.id,
-                name=name, save_to_kb=False, enabled=enabled,
-            )
-            return workspace.workspace.id, pipeline.id
+        return seed_pipeline(session_factory(self.engine), self.instance, urls, name=name, save_to_kb=False,
+                             enabled=enabled)
 
     def materialize(self, workspace_id: int, pipeline_id: int, *, log_level: str = "WARNING") -> Materialized:
         """Materialize `crawl_results` for the pipeline in-process and time the whole call."""
@@ -448,6 +706,78 @@ class EmbeddedStack:
         events = result.asset_materializations_for_node("crawl_results")
         metadata = {key: value.value for key, value in events[0].metadata.items()} if events else {}
         return Materialized(wall_seconds=wall, metadata=metadata, success=result.success and bool(events))
+
+
+def seed_pipeline(sessions: Any, instance: Any, urls: list[str], *, name: str, save_to_kb: bool,
+                  enabled: bool = True) -> tuple[int, int]:
+    """A workspace with a web connector over `urls` and a pipeline over it, its partition registered
+    in `instance` as `pipelines-dagster pipeline create` does: (workspace id, pipeline id). A KB
+    pipeline saves into the folder "{name} docs"."""
+    from pipelines_dagster import services
+    from pipelines_dagster.app_db.engine import transaction
+    from pipelines_dagster.core import catalog
+
+    with transaction(sessions) as session:
+        workspace = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{uuid.uuid4().hex[:6]}")
+        connector = catalog.create_connector(
+            session, workspace_id=workspace.workspace.id, connector_type="webcrawler", urls=urls
+        )
+        pipeline = services.create_pipeline(
+            session, instance, workspace_id=workspace.workspace.id, connector_id=connector.id, name=name,
+            save_to_kb=save_to_kb, folder_name=f"{name} docs" if save_to_kb else None, enabled=enabled,
+        )
+        return workspace.workspace.id, pipeline.id
+
+
+class EmbeddedHome:
+    """The embedded default in a temporary directory, laid out as a user's: DAGSTER_HOME holding a copy
+    of deploy/dagster.yaml, and PIPELINES_DATA_DIR beside it (SQLite app database, local blobs,
+    database locks), with the crawler allowed onto loopback.
+
+    `env` is the environment for the processes a user would start on it (none of the caller's own
+    PIPELINES_* or DAGSTER_* settings); this process is switched onto the same app database and
+    Dagster instance, to seed them and to read what the runs did.
+    """
+
+    def __init__(self, **extra_env: str) -> None:
+        self._extra_env = extra_env
+        self._exit = ExitStack()
+
+    def __enter__(self) -> EmbeddedHome:
+        import dagster as dg
+
+        from pipelines_dagster.app_db.engine import create_engine, session_factory
+        from pipelines_dagster.app_db.migrate import upgrade
+        from pipelines_dagster.settings import load_settings
+
+        self.dir = Path(self._exit.enter_context(tempfile.TemporaryDirectory(prefix="crawl-bench-")))
+        home = self.dir / "dagster-home"
+        home.mkdir()
+        shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
+        self.env = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINES_", "DAGSTER_"))}
+        self.env |= {
+            "DAGSTER_HOME": str(home),
+            "PIPELINES_DATA_DIR": str(self.dir / "data"),
+            "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
+            **self._extra_env,
+        }
+        os.environ.clear()
+        os.environ.update(self.env)
+        self.settings = load_settings()
+        self.engine = create_engine(self.settings.resolved_database_url)
+        self._exit.callback(self.engine.dispose)
+        upgrade(self.engine)
+        self.sessions = session_factory(self.engine)
+        self.instance = dg.DagsterInstance.get()
+        self._exit.callback(self.instance.dispose)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._exit.close()
+
+    def pipeline(self, urls: list[str], *, name: str) -> tuple[int, int]:
+        """A KB pipeline over `urls`: (workspace id, pipeline id)."""
+        return seed_pipeline(self.sessions, self.instance, urls, name=name, save_to_kb=True)
 
 
 RESULT_PREFIX = "BENCH-RESULT "
@@ -475,15 +805,21 @@ def report_result(result: dict[str, Any]) -> None:
 
 
 @contextmanager
-def served_corpus(
-    *, pages: int, min_bytes: int, seed: int, spread: int = 0
-) -> Iterator[tuple[CorpusServer, list[str]]]:
-    """A freshly written corpus in a temporary directory, served; yields the server and the page URLs."""
+def served(write: Callable[[Path], list[str]]) -> Iterator[tuple[CorpusServer, list[str]]]:
+    """The pages `write(root)` writes into a temporary directory (returning their URL paths), served;
+    yields the server and the page URLs."""
     with tempfile.TemporaryDirectory(prefix="crawl-corpus-") as directory:
         root = Path(directory)
-        paths = write_corpus(root, pages=pages, min_bytes=min_bytes, seed=seed, spread=spread)
+        paths = write(root)
         with CorpusServer(root) as server:
             yield server, [server.url(path) for path in paths]
+
+
+def served_corpus(
+    *, pages: int, min_bytes: int, seed: int, spread: int = 0
+) -> AbstractContextManager[tuple[CorpusServer, list[str]]]:
+    """A freshly written `write_corpus` corpus, served; yields the server and the page URLs."""
+    return served(lambda root: write_corpus(root, pages=pages, min_bytes=min_bytes, seed=seed, spread=spread))
 
 
 if __name__ == "__main__":

@@ -104,9 +104,9 @@ class CpuMeter:
         self.parts = {name: end[name] - self._start.get(name, 0.0) for name in end}
         self.total = sum(self.parts.values())
 
-    def describe(self, runs: int) -> str:
-        detail = ", ".join(f"{name} {seconds / runs:.2f}" for name, seconds in sorted(self.parts.items()) if seconds)
-        return f"{self.total / runs:.2f} CPU-s per run ({detail})"
+    def describe(self, count: int, *, per: str = "run") -> str:
+        detail = ", ".join(f"{name} {seconds / count:.2f}" for name, seconds in sorted(self.parts.items()) if seconds)
+        return f"{self.total / count:.2f} CPU-s per {per} ({detail})"
 
 
 def wait_for(what: str, check: Callable[[], Any], *, timeout: float, every: float = 0.2) -> Any:
@@ -372,7 +372,7 @@ def main() -> int:
         batched = measure_batched(deployment, scheduled_workspace, scheduled)
         print(f"(d)  {m} one-page KB pipelines falling due together: {batched['per_minute']:5.1f} pipeline crawls/min "
               f"({batched['crawled']} crawled in {batched['seconds']:.1f} s by {batched['runs']} runs, "
-              f"{batched['batch_runs']} of them batch runs; {batched['cpu'].describe(m)} pipeline)")
+              f"{batched['batch_runs']} of them batch runs; {batched['cpu'].describe(m, per='pipeline')})")
 
     ratio = ours["per_minute"] / floor["per_minute"]
     batched_ratio = batched["per_minute"] / floor["per_minute"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
+
 import dagster as dg
 
 from pipelines_dagster.assets.crawl_results import crawl_results
@@ -18,6 +21,11 @@ from pipelines_dagster.sensors.run_status import lock_release_sensors
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.sensors.webhooks import pipeline_webhooks
 from pipelines_dagster.settings import load_settings
+
+# Every run is a process that exits when its run ends; its interpreter's last garbage collection
+# would walk the millions of objects Dagster and this code location made (0.5-0.8 s of CPU per
+# run, measured). Nothing is left to flush by then, so the objects are frozen out of that walk.
+atexit.register(gc.freeze)
 
 # Settings are read at load time so a bad PIPELINES_* value fails the code location
 # with the SettingsError that names it, not the first run that touches a resource.

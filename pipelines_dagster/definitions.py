@@ -22,11 +22,6 @@ from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.sensors.webhooks import pipeline_webhooks
 from pipelines_dagster.settings import load_settings
 
-# Every run is a process that exits when its run ends; its interpreter's last garbage collection
-# would walk the millions of objects Dagster and this code location made (0.5-0.8 s of CPU per
-# run, measured). Nothing is left to flush by then, so the objects are frozen out of that walk.
-atexit.register(gc.freeze)
-
 # Settings are read at load time so a bad PIPELINES_* value fails the code location
 # with the SettingsError that names it, not the first run that touches a resource.
 settings = load_settings()
@@ -45,3 +40,10 @@ defs = dg.Definitions(
     resources=build_resources(settings),
     executor=dg.in_process_executor,
 )
+
+# Every run is a process of its own that loads this module and exits when its run ends. What the
+# imports made lives as long as the process, so it is frozen out of the garbage collector's full
+# passes (one fell on every run's job lookup: 0.09 s); at exit, so is everything else, sparing
+# the interpreter's last collection (0.3-0.6 s per run, measured). Nothing is left to flush then.
+gc.freeze()
+atexit.register(gc.freeze)

@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import orm
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import dialect_insert
@@ -88,30 +89,43 @@ def _create_pending(
 ) -> None:
     """Insert pending rows for URLs the workspace has no document for."""
     for batch in _batches(records, batch_size):
-        rows = [
-            {
-                "workspace_id": destination.workspace_id,
-                "folder_id": destination.folder_id,
-                "connector_id": destination.connector_id,
-                "pipeline_id": destination.pipeline_id,
-                "document_type": DOCUMENT_TYPE,
-                "url": record["url"],
-                "unique_identifier_hash": document_identity(record["url"], destination.workspace_id),
-                "title": record["url"],
-                "document_metadata": {},
-                "status_state": DocumentState.PENDING.value,
-            }
-            for record in batch
-        ]
+        identities = {document_identity(record["url"], destination.workspace_id): record["url"] for record in batch}
         with sessions() as session, session.begin():
-            insert = dialect_insert(session, Document).values(rows)
-            session.execute(insert.on_conflict_do_nothing(index_elements=["unique_identifier_hash"]))
+            # On a re-crawl every document exists already: look before inserting anything.
+            existing = set(session.scalars(
+                sa.select(Document.unique_identifier_hash).where(Document.unique_identifier_hash.in_(identities))
+            ))
+            rows = [
+                {
+                    "workspace_id": destination.workspace_id,
+                    "folder_id": destination.folder_id,
+                    "connector_id": destination.connector_id,
+                    "pipeline_id": destination.pipeline_id,
+                    "document_type": DOCUMENT_TYPE,
+                    "url": url,
+                    "unique_identifier_hash": identity,
+                    "title": url,
+                    "document_metadata": {},
+                    "status_state": DocumentState.PENDING.value,
+                }
+                for identity, url in identities.items()
+                if identity not in existing
+            ]
+            if rows:
+                # Another run may insert the same URL meanwhile: its row stands.
+                insert = dialect_insert(session, Document).on_conflict_do_nothing(
+                    index_elements=["unique_identifier_hash"]
+                )
+                session.execute(insert, rows)
 
 
 def _documents(session: Session, workspace_id: int, batch: list[Mapping[str, Any]]) -> dict[str, Document]:
+    """The batch's documents, without their content: an unchanged page only compares hashes."""
     identities = [document_identity(record["url"], workspace_id) for record in batch]
     documents = session.scalars(
-        sa.select(Document).where(Document.unique_identifier_hash.in_(identities))
+        sa.select(Document)
+        .where(Document.unique_identifier_hash.in_(identities))
+        .options(orm.defer(Document.content), orm.defer(Document.document_metadata))
     )
     return {document.unique_identifier_hash: document for document in documents}
 

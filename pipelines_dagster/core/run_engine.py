@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import mmap
 import queue
-import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -33,6 +32,8 @@ if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
 
 LOCK_TTL_SECONDS = 600.0
+# Linux maps the pages around a faulting one, in aligned windows of this size (fault_around_bytes).
+_FAULT_WINDOW = 64 * 1024
 FAILED_URLS_SHOWN = 20
 
 
@@ -115,48 +116,55 @@ class CrawlReport:
 
 
 class PreviousCrawl:
-    """The pipeline's last stored crawl, spooled to a temporary SQLite file.
+    """The pipeline's last stored crawl, spooled to a temporary file.
 
-    Gives the crawler each URL's validators and hashes, and gives back an
-    unchanged page's stored content and metadata, without holding the old crawl in memory.
+    Gives the crawler each URL's validators and hashes, and gives back an unchanged page's stored
+    content and metadata, without holding the old crawl in memory: only each URL's place in the
+    file is kept. The file is read through a memory map, so a lookup never gives up the GIL; reads
+    that do (SQLite's, a file's) queued behind the crawl's thread at every page of a re-crawl.
     """
 
     def __init__(self, records: Iterable[Mapping[str, Any]] | None = None) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="previous-crawl-")
-        self._db = sqlite3.connect(Path(self._dir.name) / "previous.sqlite3", check_same_thread=False)
-        # A scratch file deleted after the run: nothing to recover after a crash, so no journal or fsync.
-        self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.execute("PRAGMA synchronous = OFF")
-        self._db.execute(
-            "CREATE TABLE records (url TEXT PRIMARY KEY, content TEXT NOT NULL, metadata BLOB NOT NULL)"
-        )
         self.hints: dict[str, PreviousFetch] = {}
-        rows = (
-            (record["url"], record.get("content") or "", orjson.dumps(record.get("metadata") or {}))
-            for record in self._keep(records or ())
-        )
-        self._db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?)", rows)
-        self._db.commit()
-
-    def _keep(self, records: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-        for record in records:
-            if record.get("status") == "success":
-                self.hints[record["url"]] = PreviousFetch(
-                    etag=record.get("etag"),
-                    last_modified=record.get("last_modified"),
-                    raw_hash=record.get("raw_hash"),
-                    content_hash=record.get("content_hash"),
-                )
-                yield record
+        self._spans: dict[str, tuple[int, int]] = {}
+        # Deleted when closed, or by the system if the process dies first.
+        self._file = tempfile.TemporaryFile(prefix="previous-crawl-")
+        for record in records or ():
+            if record.get("status") != "success":
+                continue
+            url = record["url"]
+            self.hints[url] = PreviousFetch(
+                etag=record.get("etag"),
+                last_modified=record.get("last_modified"),
+                raw_hash=record.get("raw_hash"),
+                content_hash=record.get("content_hash"),
+            )
+            stored = orjson.dumps([record.get("content") or "", record.get("metadata") or {}])
+            self._spans[url] = (self._file.tell(), len(stored))
+            self._file.write(stored)
+        self._file.flush()
+        size = self._file.tell()
+        self._map = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ) if size else None
 
     def stored(self, url: str) -> tuple[str, dict[str, Any]] | None:
         """(content, metadata) the previous crawl stored for `url`; None when it has no success for it."""
-        row = self._db.execute("SELECT content, metadata FROM records WHERE url = ?", (url,)).fetchone()
-        return (row[0], orjson.loads(row[1])) if row else None
+        span = self._spans.get(url)
+        if span is None or self._map is None:
+            return None
+        offset, length = span
+        content, metadata = orjson.loads(self._map[offset:offset + length])
+        # Each page is read once: let go of what its read mapped, so the process's memory stays flat
+        # however large the previous crawl was (the file stays in the page cache). The kernel maps
+        # a fault's whole aligned window, so the whole window goes.
+        start = offset - offset % _FAULT_WINDOW
+        end = min(len(self._map), -(-(offset + length) // _FAULT_WINDOW) * _FAULT_WINDOW)
+        self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+        return content, metadata
 
     def close(self) -> None:
-        self._db.close()
-        self._dir.cleanup()
+        if self._map is not None:
+            self._map.close()
+        self._file.close()
 
 
 def outcome_record(outcome: CrawlOutcome, previous: PreviousCrawl) -> dict[str, Any]:

@@ -32,3 +32,4 @@ bench: install
 	$(BIN)/python bench/crawl_memory.py
 	$(BIN)/python bench/history_query.py
 	$(BIN)/python bench/schedule_tick.py
+	$(BIN)/python bench/run_overhead.py

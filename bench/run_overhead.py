@@ -35,9 +35,8 @@ from typing import Any
 
 import httpx
 
-from _corpus import KiB, free_port, served_corpus
+from _corpus import REPO, KiB, EmbeddedHome, free_port, served_corpus
 
-REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SEED = 20261201
 RATIO_TARGET = 0.8
@@ -119,48 +118,26 @@ def wait_for(what: str, check: Callable[[], Any], *, timeout: float, every: floa
 
 
 class Deployment:
-    """`dagster dev` over both code locations in a temporary DAGSTER_HOME, and our app database."""
+    """`dagster dev` over both code locations on an embedded default (`_corpus.EmbeddedHome`), whose
+    app database and Dagster instance this process shares."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.home = root / "dagster-home"
-        self.home.mkdir()
-        shutil.copy(REPO / "deploy" / "dagster.yaml", self.home / "dagster.yaml")
-        self.trigger_file = root / "floor-trigger.json"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        (root / "workspace.yaml").write_text(
-            WORKSPACE_YAML.format(repo=REPO, bench=REPO / "bench", floor=REPO / "bench" / "_floor.py")
-        )
-        self.env = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINES_", "DAGSTER_"))}
-        self.env |= {
-            "DAGSTER_HOME": str(self.home),
-            "PIPELINES_DATA_DIR": str(root / "data"),
-            "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
-            "PIPELINES_DAGSTER_URL": self.url,
-            "FLOOR_TRIGGER_FILE": str(self.trigger_file),
-        }
-        # This process reads and writes the same app database and Dagster instance.
-        os.environ.update({key: self.env[key] for key in ("DAGSTER_HOME", "PIPELINES_DATA_DIR", "PIPELINES_DAGSTER_URL")})
+    def __init__(self, home: EmbeddedHome, trigger_file: Path) -> None:
+        self.embedded = home
+        self.root = home.dir
+        self.trigger_file = trigger_file
+        self.port = int(home.env["PIPELINES_DAGSTER_URL"].rsplit(":", 1)[1])
+        self.url = home.env["PIPELINES_DAGSTER_URL"]
+        self.home = Path(home.env["DAGSTER_HOME"])
+        self.sessions, self.instance = home.sessions, home.instance
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        import dagster as dg
-
-        from pipelines_dagster.app_db.engine import create_engine, session_factory
-        from pipelines_dagster.app_db.migrate import upgrade
-        from pipelines_dagster.settings import load_settings
-
-        self.settings = load_settings()
-        self.engine = create_engine(self.settings.resolved_database_url)
-        upgrade(self.engine)
-        self.sessions = session_factory(self.engine)
-        self.instance = dg.DagsterInstance.get()
+        workspace = self.root / "workspace.yaml"
+        workspace.write_text(WORKSPACE_YAML.format(repo=REPO, bench=REPO / "bench", floor=REPO / "bench" / "_floor.py"))
         self.log = (self.root / "dagster-dev.log").open("wb")
         self.process = subprocess.Popen(
-            [str(BIN / "dagster"), "dev", "-w", str(self.root / "workspace.yaml"), "-h", "127.0.0.1",
-             "-p", str(self.port)],
-            cwd=self.root, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(self.port)],
+            cwd=self.root, env=self.embedded.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         wait_for("both code locations to load", self._locations_loaded, timeout=180, every=0.5)
         # Every sensor has ticked once: the daemon is up and the next tick of each is at most 5 s away.
@@ -337,18 +314,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=40, help="runs in (a) and (b); at least 40")
     parser.add_argument("--scheduled", type=int, default=240, help="pipelines falling due together in (d)")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, storage)")
     args = parser.parse_args()
     if args.runs < 40:
         parser.error("the issue asks for at least 40 runs")
 
     n, m = args.runs, args.scheduled
     with ExitStack() as stack:
-        root = Path(tempfile.mkdtemp(prefix="run-overhead-"))
-        if not args.keep:
-            stack.callback(shutil.rmtree, root, ignore_errors=True)
         server, urls = stack.enter_context(served_corpus(pages=n + 2 + m, min_bytes=50 * KiB, seed=SEED))
-        deployment = Deployment(root)
+        trigger_file = Path(tempfile.mkdtemp(prefix="run-overhead-")) / "floor-trigger.json"
+        stack.callback(shutil.rmtree, trigger_file.parent, ignore_errors=True)
+        home = stack.enter_context(EmbeddedHome(
+            PIPELINES_DAGSTER_URL=f"http://127.0.0.1:{free_port()}", FLOOR_TRIGGER_FILE=str(trigger_file)
+        ))
+        deployment = Deployment(home, trigger_file)
         stack.callback(deployment.stop)
         deployment.start()
         workspace_id, _ = seed_pipelines(deployment, urls[:n], pages_per_pipeline=1, count=n,

@@ -13,7 +13,6 @@ with the error) and the batch goes on; the run fails at the end, naming the pipe
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from itertools import count
 from typing import Any, TypeVar
 
 import dagster as dg
@@ -68,7 +67,9 @@ def _message(error: Exception) -> str:
 
 def _with_retries(call: Callable[[], T], *, log: dg.DagsterLogManager, what: str) -> T:
     """`call()`, retried as `pipeline_run` retries its crawl step; a refusal is not retried."""
-    for attempt in count(1):
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return call()
         except dg.Failure:
@@ -79,7 +80,6 @@ def _with_retries(call: Callable[[], T], *, log: dg.DagsterLogManager, what: str
             delay = CRAWL_RETRY_POLICY.calculate_delay(attempt)
             log.warning(f"{what}: attempt {attempt} failed ({_message(exc)}); retrying in {delay:.1f} s")
             time.sleep(delay)
-    raise AssertionError("unreachable")
 
 
 class _Member:
@@ -91,13 +91,20 @@ class _Member:
         self.key = partition_key(pipeline.pipeline_id)
         self.resources = resources
         self.errors: list[str] = []
+        self.started_at = time.time()
 
     def _failed(self, asset_key: dg.AssetKey, error: Exception) -> dg.AssetObservation:
         message = _message(error)
         self.errors.append(f"{asset_key.to_user_string()}: {message}")
         self.context.log.error(f"pipeline {self.pipeline.pipeline_id}: {asset_key.to_user_string()} failed: {message}")
         return dg.AssetObservation(
-            asset_key=asset_key, partition=self.key, metadata={FAILED_STEP: asset_key.to_user_string(), ERROR: message}
+            asset_key=asset_key,
+            partition=self.key,
+            metadata={
+                FAILED_STEP: asset_key.to_user_string(),
+                ERROR: message,
+                "started_at": dg.MetadataValue.timestamp(self.started_at),
+            },
         )
 
     def run(self) -> Iterator[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation]:

@@ -291,6 +291,7 @@ def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):
     bad = by_pipeline[refused]
     assert (bad.status, bad.error) == ("failed", f"pipeline {refused} is disabled; enable it before running it")
     assert (bad.crawls_attempted, bad.blob_key, bad.charged_micros) == (None, None, None)
+    assert ok.finished_at <= bad.started_at <= bad.finished_at  # it ran after the first
 
     assert [run.pipeline_id for run in runs.list_runs(workspace_id, status="failed").runs] == [refused]
     assert [run.pipeline_id for run in runs.list_runs(workspace_id, status="succeeded").runs] == [first, second]

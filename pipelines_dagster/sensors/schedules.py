@@ -4,6 +4,8 @@ Fires due together run as `pipeline_batch` runs of at most `run_batch_size` pipe
 due alone runs as its own `pipeline_run`.
 """
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from pipelines_dagster.batch import batch_run_request, pipeline_batch, split_evenly
@@ -16,7 +18,7 @@ from pipelines_dagster.sensors.common import busy_pipelines, pipeline_run_reques
 TIME_BUDGET_SECONDS = 30.0
 
 
-def _run_request(fires: list[Fire]) -> dg.RunRequest:
+def _run_request(fires: Sequence[Fire]) -> dg.RunRequest:
     if len(fires) > 1:
         return batch_run_request(fires)
     [fire] = fires
@@ -49,6 +51,6 @@ def build_schedule_sensor(*, batch_size: int, run_batch_size: int) -> dg.SensorD
             fires.append(fire)
         if skipped:
             context.log.info(f"skipped {len(skipped)} fires of disabled or busy pipelines: {skipped[:10]}")
-        return trigger_result(context, [_run_request(list(chunk)) for chunk in split_evenly(fires, run_batch_size)])
+        return trigger_result(context, [_run_request(chunk) for chunk in split_evenly(fires, run_batch_size)])
 
     return pipeline_schedules

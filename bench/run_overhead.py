@@ -12,6 +12,9 @@ deploy/dagster.yaml, the embedded default) with two code locations side by side,
       schedules do at the top of the hour), run by the schedule sensor as pipeline_batch runs;
       pipeline crawls completed per minute, from the moment they fell due to the end of the last run.
 
+(a) and (b) run in interleaved rounds and the best round of each counts: other work on a shared
+machine only ever slows a round down.
+
 Targets (issue 10): (b) >= 0.8 x (a) in runs per minute; (c) ends <= 3 s after it starts; (d) >= 3 x (a)
 in pipeline crawls per minute. Exits 1 when a target is missed or a run or crawl did not succeed.
 """
@@ -313,6 +316,7 @@ def _finished_record(deployment: Deployment, run_id: str) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=40, help="runs in (a) and (b); at least 40")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of (a) and (b), interleaved; the best of each counts")
     parser.add_argument("--scheduled", type=int, default=240, help="pipelines falling due together in (d)")
     args = parser.parse_args()
     if args.runs < 40:
@@ -329,33 +333,47 @@ def main() -> int:
         deployment = Deployment(home, trigger_file)
         stack.callback(deployment.stop)
         deployment.start()
-        workspace_id, _ = seed_pipelines(deployment, urls[:n], pages_per_pipeline=1, count=n,
-                                         event_type="refresh.requested", name="overhead")
+        # Every round of (b) fires new pipelines (a workspace each), so each run is a first crawl.
+        workspaces = [
+            seed_pipelines(deployment, urls[:n], pages_per_pipeline=1, count=n, event_type="refresh.requested",
+                           name=f"overhead {number}")[0]
+            for number in range(args.rounds)
+        ]
         manual_workspace, [manual_pipeline] = seed_pipelines(deployment, urls[n:n + 2], pages_per_pipeline=2,
                                                              count=1, event_type=None, name="manual")
         scheduled_workspace, scheduled = seed_pipelines(deployment, urls[n + 2:], pages_per_pipeline=1, count=m,
                                                         event_type=None, name="scheduled", scheduled=True)
         print(f"dagster dev over 2 code locations, DAGSTER_HOME {deployment.home} (deploy/dagster.yaml), "
-              f"pages of 50 KiB served on loopback; {n} runs in (a) and (b), {m} pipelines in (d)")
-        floor = measure_floor(deployment, n, job="floor_job")
-        print(f"(a)  floor, trivial asset, step in the run's process: {floor['per_minute']:5.1f} runs/min "
-              f"({n} runs in {floor['seconds']:.1f} s, {floor['succeeded']} succeeded, {floor['cpu'].describe(n)})")
+              f"pages of 50 KiB served on loopback; {n} runs in (a) and (b), {args.rounds} rounds, "
+              f"{m} pipelines in (d)")
+        floors, ours = [], []
+        for number, workspace_id in enumerate(workspaces, start=1):
+            floor = measure_floor(deployment, n, job="floor_job")
+            floors.append(floor)
+            print(f"(a)  round {number}: floor, trivial asset, step in the run's process: {floor['per_minute']:5.1f} "
+                  f"runs/min ({n} runs in {floor['seconds']:.1f} s, {floor['succeeded']} succeeded, "
+                  f"{floor['cpu'].describe(n)})")
+            result = measure_ours(deployment, workspace_id, n)
+            ours.append(result)
+            print(f"(b)  round {number}: ours, one event -> {n} one-page KB pipelines: {result['per_minute']:5.1f} "
+                  f"runs/min ({n} runs in {result['seconds']:.1f} s, {result['succeeded']} succeeded, "
+                  f"{result['cpu'].describe(n)})")
         default = measure_floor(deployment, n, job="floor_job_multiprocess")
-        print(f"(a') the same with Dagster's default executor:       {default['per_minute']:5.1f} runs/min "
-              f"({n} runs in {default['seconds']:.1f} s, {default['cpu'].describe(n)}) [reference only]")
-        ours = measure_ours(deployment, workspace_id, n)
-        print(f"(b)  ours, one event -> {n} one-page KB pipelines:    {ours['per_minute']:5.1f} runs/min "
-              f"({n} runs in {ours['seconds']:.1f} s, {ours['succeeded']} succeeded, {ours['cpu'].describe(n)})")
+        print(f"(a') the floor with Dagster's default executor (a subprocess per step): {default['per_minute']:5.1f} "
+              f"runs/min ({n} runs in {default['seconds']:.1f} s, {default['cpu'].describe(n)}) [reference only]")
         manual = measure_manual(deployment, manual_workspace, manual_pipeline)
         print(f"(c)  one 2-page manual run: RUN_START -> RUN_SUCCESS {manual['run_seconds']:.2f} s, crawl step "
               f"{manual['crawl_step_seconds']:.2f} s, {manual['steps']} steps")
         batched = measure_batched(deployment, scheduled_workspace, scheduled)
         print(f"(d)  {m} one-page KB pipelines falling due together: {batched['per_minute']:5.1f} pipeline crawls/min "
-              f"({batched['crawled']} crawled in {batched['seconds']:.1f} s, of which {batched['tick_latency']:.1f} s before the "
-              f"schedule sensor's tick made the first run; {batched['runs']} runs, "
+              f"({batched['crawled']} crawled in {batched['seconds']:.1f} s, of which {batched['tick_latency']:.1f} s "
+              f"before the schedule sensor's tick made the first run; {batched['runs']} runs, "
               f"{batched['batch_runs']} of them batch runs; {batched['cpu'].describe(m, per='pipeline')})")
 
-    ratio = ours["per_minute"] / floor["per_minute"]
+    # Other work on a shared machine only ever slows a round down: the fastest round of each is the truest.
+    floor = max(floors, key=lambda result: result["per_minute"])
+    best = max(ours, key=lambda result: result["per_minute"])
+    ratio = best["per_minute"] / floor["per_minute"]
     batched_ratio = batched["per_minute"] / floor["per_minute"]
     failures = []
     if ratio < RATIO_TARGET:
@@ -364,13 +382,17 @@ def main() -> int:
         failures.append(f"(c) took {manual['run_seconds']:.2f} s, over {MANUAL_TARGET_SECONDS:g} s")
     if batched_ratio < BATCHED_TARGET:
         failures.append(f"(d)/(a) = {batched_ratio:.2f} is below {BATCHED_TARGET}")
-    for name, result, expected in (("(a)", floor, n), ("(a')", default, n), ("(b)", ours, n), ("(c)", manual, 1),
-                                   ("(d)", batched, batched["runs"])):
+    measured = [*(("(a)", result, n) for result in floors), ("(a')", default, n), *(("(b)", result, n) for result in ours),
+                ("(c)", manual, 1), ("(d)", batched, batched["runs"])]
+    for name, result, expected in measured:
         if result["succeeded"] != expected:
             failures.append(f"{name}: {result['succeeded']} of {expected} runs succeeded")
     if batched["crawled"] != m:
         failures.append(f"(d): {batched['crawled']} of {m} pipelines were crawled")
-    print(f"(b)/(a) = {ratio:.2f} (target >= {RATIO_TARGET}); (d)/(a) = {batched_ratio:.2f} (target >= {BATCHED_TARGET})")
+    paired = ", ".join(f"{b['per_minute'] / a['per_minute']:.2f}" for a, b in zip(floors, ours))
+    print(f"best of {args.rounds} rounds: (a) {floor['per_minute']:.1f}, (b) {best['per_minute']:.1f} runs/min; "
+          f"(b)/(a) = {ratio:.2f} (target >= {RATIO_TARGET}; each round's own: {paired}); "
+          f"(d)/(a) = {batched_ratio:.2f} (target >= {BATCHED_TARGET})")
     print("FAIL: " + "; ".join(failures) if failures else "PASS")
     return 1 if failures else 0
 

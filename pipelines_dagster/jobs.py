@@ -36,8 +36,9 @@ def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str) -> dict[str, 
 # They live under the prefix Dagster's UI hides: an index, not something to read on every run row,
 # which shows the `pipelines` summary instead.
 MEMBER = "member"
-_MEMBER_PIPELINE_PREFIX = ".dagster/pipelines_dagster/pipeline/"
-_MEMBER_WORKSPACE_PREFIX = ".dagster/pipelines_dagster/workspace/"
+# Dagster allows one namespace in a tag key, so the rest is dotted.
+_MEMBER_PIPELINE_PREFIX = ".dagster/pipelines_dagster.pipeline."
+_MEMBER_WORKSPACE_PREFIX = ".dagster/pipelines_dagster.workspace."
 PIPELINES_SHOWN = 5
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dagster as dg
+from dagster._utils.tags import is_valid_tag_key
 
 from pipelines_dagster.batch import OP_NAME, BatchPipeline, PipelineBatchConfig, pipeline_batch, split_evenly
 from pipelines_dagster.core.billing import Billing
@@ -171,6 +172,8 @@ def test_batch_tags_name_every_member_and_show_a_summary():
     assert tags[member_workspace_tag(1)] == tags[member_workspace_tag(2)] == "member"
     # The index is hidden from the UI's run rows: only trigger and summary show.
     assert {key for key in tags if not key.startswith(".dagster/")} == {"trigger", "pipelines"}
+    # Keys as Dagster requires them (one namespace; a deprecation today, an error to come).
+    assert all(is_valid_tag_key(key) for key in tags)
     many = batch_tags([(n, 1) for n in range(1, 21)], trigger="scheduled")
     assert many["pipelines"] == "1, 2, 3, 4, 5 and 15 more" and len(batch_pipeline_ids(many)) == 20
 

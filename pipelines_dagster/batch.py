@@ -19,6 +19,7 @@ import dagster as dg
 import pydantic
 
 from pipelines_dagster.assets.checks import (
+    DEFAULT_MIN_SUCCESS_RATIO,
     blob_readable,
     check_evaluation,
     crawl_blob_readable,
@@ -40,8 +41,6 @@ from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 
 OP_NAME = "run_pipelines"
-# The success-ratio check's threshold for pipelines whose config sets none, as in pipeline_run.
-DEFAULT_MIN_SUCCESS_RATIO = 0.8
 # Metadata of the observation that records a pipeline's failure inside a batch run.
 FAILED_STEP = "failed_step"
 ERROR = "error"

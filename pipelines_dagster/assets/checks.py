@@ -18,12 +18,14 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 
 # A pipeline may set its own threshold in its config, e.g. {"MIN_SUCCESS_RATIO": 0.95}.
 THRESHOLD_KEY = "MIN_SUCCESS_RATIO"
+DEFAULT_MIN_SUCCESS_RATIO = 0.8
 MAX_LISTED = 20
 
 
 class SuccessRatioConfig(dg.Config):
     min_success_ratio: float = pydantic.Field(
-        default=0.8, ge=0, le=1, description=f"Threshold for pipelines whose config sets no {THRESHOLD_KEY}."
+        default=DEFAULT_MIN_SUCCESS_RATIO, ge=0, le=1,
+        description=f"Threshold for pipelines whose config sets no {THRESHOLD_KEY}.",
     )
 
 

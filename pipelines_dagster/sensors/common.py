@@ -2,11 +2,10 @@
 
 import dagster as dg
 
-from pipelines_dagster.jobs import batch_pipeline_ids, run_tags
+from pipelines_dagster.batch import pipeline_batch
+from pipelines_dagster.jobs import batch_pipeline_ids, pipeline_run, run_tags
 from pipelines_dagster.partitions import partition_key, pipelines_partitions
 
-PIPELINE_JOB = "pipeline_run"
-BATCH_JOB = "pipeline_batch"
 # Queued or running: a pipeline in one of these gets no second run from a trigger.
 BUSY_STATUSES = [
     dg.DagsterRunStatus.QUEUED,
@@ -25,7 +24,7 @@ def run_pipeline_id(run: dg.DagsterRun) -> int | None:
 
 def run_pipeline_ids(run: dg.DagsterRun) -> list[int]:
     """Every pipeline a run is for: the one of a pipeline_run, the members of a batch run."""
-    if run.job_name == BATCH_JOB:
+    if run.job_name == pipeline_batch.name:
         return batch_pipeline_ids(run.tags)
     pipeline_id = run_pipeline_id(run)
     return [] if pipeline_id is None else [pipeline_id]
@@ -33,7 +32,7 @@ def run_pipeline_ids(run: dg.DagsterRun) -> list[int]:
 
 def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
     busy: set[int] = set()
-    for job_name in (PIPELINE_JOB, BATCH_JOB):
+    for job_name in (pipeline_run.name, pipeline_batch.name):
         for run in instance.get_runs(dg.RunsFilter(job_name=job_name, statuses=BUSY_STATUSES)):
             busy.update(run_pipeline_ids(run))
     return busy
@@ -60,7 +59,7 @@ def pipeline_run_request(
 ) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=run_key,
-        job_name=PIPELINE_JOB,
+        job_name=pipeline_run.name,
         partition_key=partition_key(pipeline_id),
         tags={**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger), **extra_tags},
     )

@@ -79,6 +79,20 @@ class TriggerKind(enum.StrEnum):
     MANUAL = "manual"
 
 
+class WebhookSigning(enum.StrEnum):
+    """How a webhook trigger's deliveries are signed."""
+
+    STANDARD = "standard"
+    """Standard Webhooks: id, timestamp and body signed under a per-trigger whsec_ secret."""
+    GITHUB = "github"
+    """X-Hub-Signature-256 over the body under the URL token, as GitHub sends."""
+
+
+class RetryBackoff(enum.StrEnum):
+    LINEAR = "linear"
+    EXPONENTIAL = "exponential"
+
+
 class DocumentState(enum.StrEnum):
     PENDING = "pending"
     READY = "ready"
@@ -153,7 +167,12 @@ class Connector(Base):
 
 class Pipeline(Base):
     __tablename__ = "pipelines"
-    __table_args__ = (sa.UniqueConstraint("workspace_id", "name"),)
+    __table_args__ = (
+        sa.UniqueConstraint("workspace_id", "name"),
+        _enum_check("retry_backoff", RetryBackoff),
+        sa.CheckConstraint("retry_max >= 0", name="retry_max_not_negative"),
+        sa.CheckConstraint("retry_delay_seconds > 0", name="retry_delay_positive"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
@@ -173,6 +192,13 @@ class Pipeline(Base):
     created_by: Mapped[str | None] = mapped_column(sa.String(200))
     # The connector's own periodic indexing, expressed as a pipeline.
     system_managed: Mapped[bool] = mapped_column(default=False)
+    # How a failed crawl step is retried: the delay before retry n (from 1) is
+    # retry_delay_seconds * n when linear, retry_delay_seconds * 2**(n-1) when exponential.
+    retry_backoff: Mapped[str] = mapped_column(
+        sa.String(16), default=RetryBackoff.EXPONENTIAL.value, server_default=RetryBackoff.EXPONENTIAL.value
+    )
+    retry_max: Mapped[int] = mapped_column(sa.Integer, default=3, server_default="3")
+    retry_delay_seconds: Mapped[float] = mapped_column(sa.Float, default=2.0, server_default="2")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -195,6 +221,8 @@ class PipelineTrigger(Base):
         sa.CheckConstraint(
             "(kind = 'event') = (event_type IS NOT NULL)", name="event_type_iff_event"
         ),
+        # NULL except on webhook triggers.
+        _enum_check("signing", WebhookSigning),
         # NULL event types would count as distinct, so uniqueness is over coalesce().
         sa.Index(
             "uq_pipeline_triggers_identity",
@@ -219,7 +247,12 @@ class PipelineTrigger(Base):
     next_fire_at: Mapped[datetime | None]
     last_fired_at: Mapped[datetime | None]
     event_type: Mapped[str | None] = mapped_column(sa.String(64))
+    # The URL token's SHA-256: it names the trigger and, in github mode, is the signing key.
     webhook_secret_hash: Mapped[str | None] = mapped_column(sa.String(64), unique=True)
+    signing: Mapped[str | None] = mapped_column(sa.String(16))
+    # Standard mode's whsec_ secrets, newest first: [{"secret": ..., "expires_at": ISO or null}].
+    # A rotated-out secret verifies until its expires_at; HMAC needs the secret itself, not a hash.
+    signing_secrets: Mapped[list[dict[str, Any]] | None] = mapped_column(sa.JSON)
     enabled: Mapped[bool] = mapped_column(default=True)
     disabled_reason: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -228,9 +261,15 @@ class PipelineTrigger(Base):
     pipeline: Mapped[Pipeline] = relationship(back_populates="triggers")
 
 
+def _pending_index(table: str) -> sa.Index:
+    """The rows no run has been requested for yet, in id order: what a trigger sensor takes."""
+    pending = sa.text("requested_at IS NULL")
+    return sa.Index(f"ix_{table}_pending", "id", sqlite_where=pending, postgresql_where=pending)
+
+
 class WebhookDelivery(Base):
     __tablename__ = "webhook_deliveries"
-    __table_args__ = (sa.UniqueConstraint("trigger_id", "dedupe_key"),)
+    __table_args__ = (sa.UniqueConstraint("trigger_id", "dedupe_key"), _pending_index("webhook_deliveries"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
@@ -241,16 +280,21 @@ class WebhookDelivery(Base):
     payload: Mapped[bytes] = mapped_column(sa.LargeBinary)
     headers: Mapped[dict[str, Any]] = mapped_column(default=dict)
     received_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    # Set by the webhook sensor in the transaction that takes the row; NULL until then.
+    requested_at: Mapped[datetime | None]
 
 
 class DomainEvent(Base):
     __tablename__ = "domain_events"
+    __table_args__ = (_pending_index("domain_events"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
     event_type: Mapped[str] = mapped_column(sa.String(64))
     payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set by the event sensor in the transaction that takes the row; NULL until then.
+    requested_at: Mapped[datetime | None]
 
 
 class Document(Base):

@@ -22,7 +22,21 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
 from pipelines_dagster import demo as demo_site
 from pipelines_dagster import services
-from pipelines_dagster.core.triggers import EventType, create_event_trigger, create_webhook_trigger, emit_event
+from pipelines_dagster.core.retry import (
+    DEFAULT_BACKOFF,
+    DEFAULT_DELAY_SECONDS,
+    DEFAULT_MAX_RETRIES,
+    MAX_RETRIES,
+    validate_retry_policy,
+)
+from pipelines_dagster.core.triggers import (
+    DEFAULT_ROTATION_OVERLAP_SECONDS,
+    EventType,
+    create_event_trigger,
+    create_webhook_trigger,
+    emit_event,
+    rotate_signing_secret,
+)
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import Settings, SettingsError, load_settings
@@ -203,6 +217,12 @@ def pipeline() -> None:
 @click.option("--timezone", default=None, help="IANA timezone of --cron, e.g. Europe/Stockholm.")
 @click.option("--every-minutes", type=int, default=None, help="Run every N minutes instead of a cron.")
 @click.option("--disabled", is_flag=True, help="Create the pipeline switched off.")
+@click.option("--retry-backoff", default=DEFAULT_BACKOFF.value, show_default=True,
+              help="How a failed crawl is retried: linear or exponential.")
+@click.option("--retry-max", default=DEFAULT_MAX_RETRIES, show_default=True, type=int,
+              help=f"Retries of a failed crawl, 0 to {MAX_RETRIES}.")
+@click.option("--retry-delay", default=DEFAULT_DELAY_SECONDS, show_default=True, type=float,
+              help="Seconds before the first retry; linear adds it per retry, exponential doubles it.")
 @json_option
 @user_errors
 def pipeline_create(
@@ -215,9 +235,17 @@ def pipeline_create(
     timezone: str | None,
     every_minutes: int | None,
     disabled: bool,
+    retry_backoff: str,
+    retry_max: int,
+    retry_delay: float,
     as_json: bool,
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
+    try:
+        retry = validate_retry_policy(backoff=retry_backoff, max_retries=retry_max, delay_seconds=retry_delay)
+    except InvalidInputError as exc:
+        option = {"backoff": "retry_backoff", "max_retries": "retry_max", "delay_seconds": "retry_delay"}
+        raise InvalidInputError(option[exc.field.rpartition(".")[2]], exc.message) from None
     schedule = None
     if cron is not None or timezone is not None or every_minutes is not None:
         schedule = catalog.ScheduleSpec(cron=cron, timezone=timezone, every_minutes=every_minutes)
@@ -233,6 +261,7 @@ def pipeline_create(
             folder_name=folder,
             schedule=schedule,
             enabled=not disabled,
+            retry=retry,
         )
         trigger = created.triggers[0] if schedule is not None else None
         payload = {
@@ -244,6 +273,8 @@ def pipeline_create(
             "destination_folder_id": created.destination_folder_id,
             "enabled": created.enabled,
             "next_fire_at": trigger.next_fire_at.isoformat() if trigger else None,
+            "retry_policy": {"backoff": retry.backoff.value, "max_retries": retry.max_retries,
+                             "delay_seconds": retry.delay_seconds, "description": retry.describe()},
         }
     when = f", next run {payload['next_fire_at']}" if payload["next_fire_at"] else ""
     emit(as_json, payload, f"pipeline {payload['id']} created{when}")
@@ -410,19 +441,37 @@ def trigger() -> None:
     default=None,
     help="For --kind event, one of: " + ", ".join(member.value for member in EventType) + ".",
 )
+@click.option(
+    "--signing",
+    default=None,
+    help="For --kind webhook: standard (Standard Webhooks, the default) or github (X-Hub-Signature-256 "
+    "over the body, as GitHub sends; a repeated body is refused as a replay).",
+)
 @json_option
 @user_errors
-def trigger_create(workspace_id: int, pipeline_id: int, kind: str, event_type: str | None, as_json: bool) -> None:
+def trigger_create(
+    workspace_id: int, pipeline_id: int, kind: str, event_type: str | None, signing: str | None, as_json: bool
+) -> None:
     """Add a webhook trigger (prints its URL path and secret once) or an event subscription."""
     if (kind == "event") != (event_type is not None):
         raise InvalidInputError("event_type", "give --event-type with --kind event, and only then")
+    if kind == "event" and signing is not None:
+        raise InvalidInputError("signing", "give --signing with --kind webhook only")
     with transaction(open_sessions(load_settings())) as session:
         if kind == "webhook":
-            made = create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-            payload = {"id": made.trigger.id, "kind": kind, "webhook_path": f"/webhooks/{made.token}",
-                       "secret": made.token}
-            text = (f"webhook trigger {made.trigger.id}: POST /webhooks/{made.token}\n"
-                    f"sign each body: X-Hub-Signature-256: sha256=HMAC-SHA256(body, {made.token}) (shown once)")
+            made = create_webhook_trigger(
+                session, workspace_id=workspace_id, pipeline_id=pipeline_id, signing=signing or "standard"
+            )
+            payload = {"id": made.trigger.id, "kind": kind, "signing": made.trigger.signing,
+                       "webhook_path": f"/webhooks/{made.token}", "secret": made.secret}
+            how = (
+                "headers webhook-id, webhook-timestamp and webhook-signature: v1,base64(HMAC-SHA256("
+                f'"{{id}}.{{timestamp}}.{{body}}", {made.secret}))'
+                if made.trigger.signing == "standard"
+                else f"X-Hub-Signature-256: sha256=HMAC-SHA256(body, {made.secret})"
+            )
+            text = (f"webhook trigger {made.trigger.id} ({made.trigger.signing} signing): "
+                    f"POST /webhooks/{made.token}\nsign each delivery: {how} (shown once)")
         else:
             subscribed = create_event_trigger(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=event_type
@@ -430,6 +479,34 @@ def trigger_create(workspace_id: int, pipeline_id: int, kind: str, event_type: s
             payload = {"id": subscribed.id, "kind": kind, "event_type": subscribed.event_type}
             text = f"event trigger {subscribed.id}: pipeline {pipeline_id} runs on {subscribed.event_type}"
     emit(as_json, payload, text)
+
+
+@trigger.command("rotate-secret")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--pipeline", "pipeline_id", required=True, type=int)
+@click.option("--trigger", "trigger_id", required=True, type=int)
+@click.option(
+    "--overlap-seconds",
+    default=DEFAULT_ROTATION_OVERLAP_SECONDS,
+    show_default=True,
+    type=int,
+    help="How long the current secret keeps verifying next to the new one.",
+)
+@json_option
+@user_errors
+def trigger_rotate_secret(
+    workspace_id: int, pipeline_id: int, trigger_id: int, overlap_seconds: int, as_json: bool
+) -> None:
+    """Give a standard-mode webhook trigger a new signing secret (printed once)."""
+    with transaction(open_sessions(load_settings())) as session:
+        rotated = rotate_signing_secret(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id,
+            overlap_seconds=overlap_seconds,
+        )
+        payload = {"id": trigger_id, "secret": rotated.secret,
+                   "previous_secret_expires_at": rotated.previous_expires_at.isoformat()}
+    emit(as_json, payload, f"trigger {trigger_id}: new secret {rotated.secret} (shown once); "
+                           f"the previous one verifies until {payload['previous_secret_expires_at']}")
 
 
 @main.group()

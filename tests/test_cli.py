@@ -144,6 +144,16 @@ def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
     plain = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector",
                      str(connector["id"]), "--name", "manual only")
     assert plain["next_fire_at"] is None
+    assert plain["retry_policy"]["backoff"] == "exponential" and plain["retry_policy"]["max_retries"] == 3
+
+
+def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
+    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]),
+                    "--name", "patient", "--retry-backoff", "linear", "--retry-max", "5", "--retry-delay", "30")
+    assert made["retry_policy"]["description"] == "linear backoff, up to 5 retries, waiting 30, 60, 90, 120, ... s"
+    with cli.engine().connect() as conn:
+        stored = conn.execute(sa.text("SELECT retry_backoff, retry_max, retry_delay_seconds FROM pipelines")).one()
+    assert tuple(stored) == ("linear", 5, 30.0)
 
 
 @pytest.mark.parametrize(
@@ -156,6 +166,10 @@ def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
         (["--every-minutes", "0"], "1 or more"),
         (["--connector", "424242"], "connector 424242 is not in workspace"),
         (["--folder", ""], "--folder"),
+        (["--retry-backoff", "fibonacci"], "--retry-backoff: unknown backoff 'fibonacci'"),
+        (["--retry-max", "-1"], "--retry-max"),
+        (["--retry-delay", "0"], "--retry-delay: must be more than 0"),
+        (["--retry-delay", "-3"], "--retry-delay"),
     ],
 )
 def test_pipeline_create_bad_input_writes_nothing(cli, workspace, connector, extra, reason):
@@ -268,7 +282,14 @@ def test_trigger_create_webhook_and_event(cli, workspace, connector):
     ws = str(workspace["id"])
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
     hook = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(made["id"]), "--kind", "webhook")
-    assert hook["webhook_path"] == f"/webhooks/{hook['secret']}"
+    assert hook["signing"] == "standard" and hook["secret"].startswith("whsec_")
+    rotated = cli.json("trigger", "rotate-secret", "--workspace", ws, "--pipeline", str(made["id"]),
+                       "--trigger", str(hook["id"]), "--overlap-seconds", "60")
+    assert rotated["secret"].startswith("whsec_") and rotated["secret"] != hook["secret"]
+    other = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "gh")
+    github = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(other["id"]), "--kind", "webhook",
+                      "--signing", "github")
+    assert github["signing"] == "github" and github["webhook_path"] == f"/webhooks/{github['secret']}"
     sub = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(made["id"]), "--kind", "event",
                    "--event-type", "document.uploaded")
     assert sub["event_type"] == "document.uploaded"
@@ -280,6 +301,8 @@ def test_trigger_create_webhook_and_event(cli, workspace, connector):
         (["--kind", "event", "--event-type", "page.updated"], "unknown event type 'page.updated'"),
         (["--kind", "event"], "--event-type"),
         (["--kind", "webhook", "--event-type", "folder.changed"], "--event-type"),
+        (["--kind", "webhook", "--signing", "svix"], "unknown signing mode 'svix'"),
+        (["--kind", "event", "--event-type", "folder.changed", "--signing", "github"], "--signing"),
     ],
 )
 def test_trigger_create_bad_input_writes_nothing(cli, workspace, connector, extra, reason):

@@ -169,7 +169,9 @@ def test_a_cron_pipeline_gets_a_scheduled_run_that_succeeds(deployment: Deployme
 def test_a_signed_webhook_starts_one_run_and_a_bad_signature_none(deployment: Deployment):
     workspace_id, pipeline_id = deployment.pipeline("hook")
     with transaction(deployment.sessions) as session:
-        token = create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id).token
+        token = create_webhook_trigger(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, signing="github"
+        ).token
     endpoint = f"{deployment.api_url}/webhooks/{token}"
     body = json.dumps({"ref": "refs/heads/main"}).encode()
     bad = httpx.post(endpoint, content=body, headers={"X-Hub-Signature-256": sign(body, "wrong-secret")})
@@ -180,6 +182,8 @@ def test_a_signed_webhook_starts_one_run_and_a_bad_signature_none(deployment: De
     run = deployment.finished_run(pipeline_id, "webhook", timeout=90)
     assert run.status == dg.DagsterRunStatus.SUCCESS
     assert httpx.post(endpoint, content=body, headers=headers).status_code == 200
+    access_log = (Path(deployment.env["DAGSTER_HOME"]) / "api.log").read_text()
+    assert "POST /webhooks/<redacted>" in access_log and token not in access_log
     # Two more sensor intervals: the redelivery and the bad delivery started nothing.
     time.sleep(12)
     assert len(deployment.runs(pipeline_id)) == 1

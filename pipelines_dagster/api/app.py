@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import version
@@ -32,6 +34,31 @@ Errors are JSON `{"detail": "<what went wrong and what to do>"}`; invalid input
 answers 422 with `{"detail": [{"field": "schedule.timezone", "message": "..."}]}`,
 one entry per field.
 """
+
+
+_WEBHOOK_PATH = re.compile(r"/webhooks/[^/?#\s]+")
+REDACTED_WEBHOOK_PATH = "/webhooks/<redacted>"
+
+
+def redact_webhook_tokens(text: str) -> str:
+    """`text` with every /webhooks/{token} path's token replaced: a token names a trigger, so logs never hold one."""
+    return _WEBHOOK_PATH.sub(REDACTED_WEBHOOK_PATH, text)
+
+
+class RedactWebhookTokens(logging.Filter):
+    """Takes webhook tokens out of uvicorn's access log lines (client, method, path, version, status)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_webhook_tokens(arg) if isinstance(arg, str) else arg for arg in record.args)
+        record.msg = redact_webhook_tokens(str(record.msg))
+        return True
+
+
+def _redact_access_log() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(existing, RedactWebhookTokens) for existing in access.filters):
+        access.addFilter(RedactWebhookTokens())
 
 
 def create_app(
@@ -78,6 +105,7 @@ def create_app(
         launcher=launcher or GraphQLLauncher(),
     )
     install_error_handlers(app)
+    _redact_access_log()
     for router in (pipelines.router, runs.router, changes.router, triggers.router, triggers.webhooks):
         app.include_router(router)
     return app

@@ -23,12 +23,14 @@ from pipelines_dagster.api.schemas import (
     PipelineList,
     PipelineOut,
     PipelineUpdate,
+    RetryPolicyOut,
     Schedule,
     ScheduleOut,
 )
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Folder, Pipeline, PipelineTrigger, TriggerKind
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.validation import InvalidInputError
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["pipelines"])
@@ -68,8 +70,16 @@ def pipeline_out(pipeline: Pipeline, trigger: PipelineTrigger | None) -> Pipelin
             next_fire_at=trigger.next_fire_at,
             disabled_reason=trigger.disabled_reason,
         ),
+        retry_policy=retry_policy_out(RetryPolicy.of(pipeline)),
         created_at=pipeline.created_at,
         updated_at=pipeline.updated_at,
+    )
+
+
+def retry_policy_out(policy: RetryPolicy) -> RetryPolicyOut:
+    return RetryPolicyOut(
+        backoff=policy.backoff.value, max_retries=policy.max_retries, delay_seconds=policy.delay_seconds,
+        description=policy.describe(),
     )
 
 
@@ -177,6 +187,7 @@ def create_pipeline(workspace_id: WorkspaceId, body: PipelineCreate, api: Api) -
     """Create a pipeline over a connector of the workspace; its Dagster partition is registered with it."""
     _one_folder(body.model_fields_set)
     spec = _schedule_spec(body.schedule) if body.schedule is not None else None
+    retry = body.retry_policy.policy() if body.retry_policy is not None else None
     with transaction(api.sessions) as session:
         connector = _connector(session, workspace_id, body.connector_id)
         _check_urls_fit(connector, body.urls)
@@ -191,6 +202,7 @@ def create_pipeline(workspace_id: WorkspaceId, body: PipelineCreate, api: Api) -
             folder_name=body.folder,
             schedule=spec,
             enabled=body.enabled,
+            retry=retry,
         )
         if folder_id is not None:
             pipeline.destination_folder_id = folder_id
@@ -241,6 +253,8 @@ def update_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, body: Pi
             pipeline.config = {**config, INITIAL_URLS: body.urls} if body.urls is not None else config
         if "schedule" in given:
             _set_schedule(session, pipeline, spec, now)
+        if body.retry_policy is not None:
+            body.retry_policy.policy().apply_to(pipeline)
         if body.enabled is not None:
             catalog.set_pipeline_enabled(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=body.enabled, now=now

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
+from pipelines_dagster.core.retry import (
+    DEFAULT_BACKOFF,
+    DEFAULT_DELAY_SECONDS,
+    DEFAULT_MAX_RETRIES,
+    MAX_DELAY_SECONDS,
+    MAX_RETRIES,
+    RetryPolicy,
+    validate_retry_policy,
+)
 from pipelines_dagster.core.schedule import validate_cron, validate_timezone
 from pipelines_dagster.core.validation import InvalidInputError, validate_name, validate_urls
 
@@ -80,6 +89,26 @@ class Schedule(BaseModel):
     every_minutes: EveryMinutes | None = None
 
 
+class RetryPolicyIn(BaseModel):
+    """How a failed crawl is retried: retry n waits delay_seconds × n (linear) or × 2^(n-1) (exponential)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backoff: Literal["linear", "exponential"] = DEFAULT_BACKOFF.value
+    max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=MAX_RETRIES)
+    delay_seconds: float = Field(default=DEFAULT_DELAY_SECONDS, gt=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False)
+
+    def policy(self) -> RetryPolicy:
+        return validate_retry_policy(backoff=self.backoff, max_retries=self.max_retries, delay_seconds=self.delay_seconds)
+
+
+class RetryPolicyOut(BaseModel):
+    backoff: str
+    max_retries: int
+    delay_seconds: float
+    description: str = Field(description="The policy in words, with the first waits.")
+
+
 class PipelineCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -91,6 +120,7 @@ class PipelineCreate(BaseModel):
     schedule: Schedule | None = None
     enabled: bool = True
     urls: Urls | None = None
+    retry_policy: RetryPolicyIn | None = Field(default=None, description="Default: exponential, 3 retries, 2 s.")
 
 
 class PipelineUpdate(BaseModel):
@@ -106,8 +136,11 @@ class PipelineUpdate(BaseModel):
     folder_id: Id | None = None
     schedule: Schedule | None = None
     urls: Urls | None = None
+    # Not a union with None (its errors would be reported under the member's class name); a null is
+    # refused by the validator below and a left-out field keeps its default, which is not validated.
+    retry_policy: RetryPolicyIn = None  # type: ignore[assignment]
 
-    @field_validator("name", "save_to_kb", "enabled", mode="before")
+    @field_validator("name", "save_to_kb", "enabled", "retry_policy", mode="before")
     @classmethod
     def _refuse_null(cls, value: Any) -> Any:
         if value is None:
@@ -135,6 +168,7 @@ class PipelineOut(BaseModel):
     system_managed: bool = Field(description="The connector's own periodic indexing; follows the connector.")
     urls: list[str] | None = Field(description="This pipeline's own URLs; null crawls the connector's.")
     schedule: ScheduleOut | None
+    retry_policy: RetryPolicyOut
     created_at: datetime
     updated_at: datetime
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
@@ -15,9 +16,11 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import MAX_ID, ErrorResponse
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind
-from pipelines_dagster.core.catalog import NotFoundError, get_pipeline
+from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
+from pipelines_dagster.core.catalog import get_pipeline
 from pipelines_dagster.core.triggers import (
+    DEFAULT_ROTATION_OVERLAP_SECONDS,
+    MAX_ROTATION_OVERLAP_SECONDS,
     MAX_WEBHOOK_BODY_BYTES,
     DeliveryRejected,
     EventType,
@@ -25,6 +28,9 @@ from pipelines_dagster.core.triggers import (
     create_event_trigger,
     create_webhook_trigger,
     emit_event,
+    get_trigger,
+    previous_secret_expiry,
+    rotate_signing_secret,
 )
 from pipelines_dagster.core.validation import InvalidInputError
 
@@ -39,6 +45,13 @@ class TriggerIn(BaseModel):
         description="Schedules are set on the pipeline itself; manual runs need no trigger."
     )
     event_type: EventType | None = Field(default=None, description="Required for an event trigger.")
+    signing: WebhookSigning | None = Field(
+        default=None,
+        description="How a webhook trigger's deliveries are signed (webhook triggers only; default `standard`). "
+        "`standard`: Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature) under a whsec_ secret, "
+        "replays refused by id and time. `github`: X-Hub-Signature-256 over the body under the URL token, as "
+        "GitHub sends; a body already accepted is a replay, so a sender that must repeat a payload uses `standard`.",
+    )
 
 
 class TriggerOut(BaseModel):
@@ -46,13 +59,31 @@ class TriggerOut(BaseModel):
     pipeline_id: int
     kind: str
     event_type: str | None
+    signing: str | None = Field(description="A webhook trigger's signing mode; null for other kinds.")
+    previous_secret_expires_at: datetime | None = Field(
+        description="After a secret rotation: until when the previous secret still verifies."
+    )
     enabled: bool
     disabled_reason: str | None
 
 
 class NewWebhookOut(TriggerOut):
     webhook_path: str = Field(description="POST deliveries here; shown once.")
-    secret: str = Field(description="Sign each body with HMAC-SHA256 under this secret; shown once.")
+    secret: str = Field(
+        description="Shown once. Standard mode: the whsec_ signing secret. Github mode: the URL token, "
+        "which is the HMAC key of X-Hub-Signature-256."
+    )
+
+
+class RotateIn(BaseModel):
+    overlap_seconds: int = Field(
+        default=DEFAULT_ROTATION_OVERLAP_SECONDS, ge=0, le=MAX_ROTATION_OVERLAP_SECONDS,
+        description="How long the secrets the trigger had until now keep verifying.",
+    )
+
+
+class RotatedOut(TriggerOut):
+    secret: str = Field(description="The new whsec_ signing secret; shown once.")
 
 
 class TriggerList(BaseModel):
@@ -83,6 +114,8 @@ def _out(trigger: PipelineTrigger) -> TriggerOut:
         pipeline_id=trigger.pipeline_id,
         kind=trigger.kind,
         event_type=trigger.event_type,
+        signing=trigger.signing,
+        previous_secret_expires_at=previous_secret_expiry(trigger, datetime.now(UTC)),
         enabled=trigger.enabled,
         disabled_reason=trigger.disabled_reason,
     )
@@ -107,17 +140,22 @@ def list_triggers(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) 
 def add_trigger(
     workspace_id: WorkspaceId, pipeline_id: PipelineId, body: TriggerIn, api: Api
 ) -> NewWebhookOut | TriggerOut:
-    """Add a webhook trigger (its secret is shown once) or subscribe the pipeline to an event type."""
+    """Add a webhook trigger (its URL and secret are shown once) or subscribe the pipeline to an event type."""
     with transaction(api.sessions) as session:
         if body.kind == TriggerKind.WEBHOOK.value:
             if body.event_type is not None:
                 raise InvalidInputError("event_type", "only an event trigger takes an event type")
-            made = create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            made = create_webhook_trigger(
+                session, workspace_id=workspace_id, pipeline_id=pipeline_id,
+                signing=(body.signing or WebhookSigning.STANDARD).value,
+            )
             return NewWebhookOut(
-                **_out(made.trigger).model_dump(), webhook_path=f"/webhooks/{made.token}", secret=made.token
+                **_out(made.trigger).model_dump(), webhook_path=f"/webhooks/{made.token}", secret=made.secret
             )
         if body.event_type is None:
             raise InvalidInputError("event_type", "an event trigger needs an event type")
+        if body.signing is not None:
+            raise InvalidInputError("signing", "only a webhook trigger has a signing mode")
         trigger = create_event_trigger(
             session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=body.event_type.value
         )
@@ -136,12 +174,33 @@ def delete_trigger(
     api: Api,
 ) -> Response:
     with transaction(api.sessions) as session:
-        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-        trigger = session.get(PipelineTrigger, trigger_id)
-        if trigger is None or trigger.pipeline_id != pipeline_id:
-            raise NotFoundError(f"trigger {trigger_id} is not a trigger of pipeline {pipeline_id}")
-        session.delete(trigger)
+        session.delete(get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/pipelines/{pipeline_id}/triggers/{trigger_id}/rotate-secret",
+    response_model=RotatedOut,
+    responses=responses(401, 404, 422),
+)
+def rotate_secret(
+    workspace_id: WorkspaceId,
+    pipeline_id: PipelineId,
+    trigger_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    api: Api,
+    body: RotateIn | None = None,
+) -> RotatedOut:
+    """Give a standard-mode webhook trigger a new signing secret (shown once).
+
+    The secrets it had keep verifying for `overlap_seconds` (default a day), so senders can switch
+    over without a refused delivery; after that only the new one does.
+    """
+    with transaction(api.sessions) as session:
+        rotated = rotate_signing_secret(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id,
+            overlap_seconds=(body or RotateIn()).overlap_seconds,
+        )
+        return RotatedOut(**_out(rotated.trigger).model_dump(), secret=rotated.secret)
 
 
 @router.post("/events", status_code=status.HTTP_202_ACCEPTED, response_model=EventOut,
@@ -174,8 +233,8 @@ async def _capped_body(request: Request) -> bytes:
     responses={
         200: {"model": DeliveryOut, "description": "A redelivery: accepted, no second run."},
         **{code: {"model": ErrorResponse, "description": text} for code, text in [
-            (400, "A malformed timestamp header."),
-            (401, "Missing or wrong signature, unknown token, or a delivery older than 300 s."),
+            (400, "A webhook-id longer than 190 characters, or a standard-mode body that is not UTF-8."),
+            (401, "Unknown token; missing or wrong signature; a timestamp more than 300 s off."),
             (409, "The webhook trigger is disabled."),
             (413, "The body is larger than 1 MiB."),
         ]},
@@ -193,10 +252,16 @@ async def receive_webhook(
     request: Request,
     api: Api,
 ) -> JSONResponse:
-    """A signed delivery: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body under the secret>`.
+    """A signed delivery, in the trigger's signing mode.
 
-    Optional headers: `X-Delivery-Id` (the dedupe key; else the body's hash) and
-    `X-Webhook-Timestamp` (Unix seconds; older than 300 s is refused).
+    `standard` ([Standard Webhooks](https://www.standardwebhooks.com/)): `webhook-id`, `webhook-timestamp`
+    (Unix seconds, within 300 s of the server's clock) and `webhook-signature: v1,<base64 HMAC-SHA256 of
+    "{webhook-id}.{webhook-timestamp}.{body}" under the whsec_ secret>`. The webhook-id is the dedupe key:
+    resending a delivery (a retry) answers 200 and starts no second run.
+
+    `github`: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body under the URL token>`. Only the
+    body is signed, so a body this trigger already accepted (within the retention window) is a replay:
+    200, nothing stored, no run, whatever other headers say.
     """
     try:
         body = await _capped_body(request)

@@ -24,6 +24,8 @@ from pipelines_dagster.app_db.models import (
     TriggerKind,
     Workspace,
 )
+from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
+from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.schedule import (
     next_cron_fire,
     next_interval_fire,
@@ -31,7 +33,7 @@ from pipelines_dagster.core.schedule import (
     validate_interval,
     validate_timezone,
 )
-from pipelines_dagster.core.validation import InvalidInputError, validate_name, validate_urls
+from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_name, validate_urls
 
 TOKEN_PREFIX = "pdk_"
 
@@ -91,11 +93,7 @@ def create_connector(
     workspace = get_workspace(session, workspace_id)
     if index_every_minutes is not None:
         validate_interval(index_every_minutes, field="index_every_minutes")
-    try:
-        kind = ConnectorType(connector_type)
-    except ValueError:
-        choices = ", ".join(member.value for member in ConnectorType)
-        raise InvalidInputError("type", f"unknown connector type {connector_type!r}; use one of {choices}") from None
+    kind = validate_choice(ConnectorType, connector_type, field="type", what="connector type")
     config: dict[str, object] = {}
     if kind is ConnectorType.WEBCRAWLER:
         config["INITIAL_URLS"] = validate_urls(urls or [], field="url")
@@ -253,6 +251,7 @@ def create_pipeline(
     schedule: ScheduleSpec | None = None,
     enabled: bool = True,
     created_by: str | None = None,
+    retry: RetryPolicy | None = None,
     now: datetime | None = None,
 ) -> Pipeline:
     workspace = get_workspace(session, workspace_id)
@@ -262,6 +261,8 @@ def create_pipeline(
         connector = session.get(Connector, connector_id)
         if connector is None or connector.workspace_id != workspace_id:
             raise NotFoundError(f"connector {connector_id} is not in workspace {workspace_id}")
+        if not is_pipeline_eligible(connector.connector_type):
+            raise InvalidInputError("connector_id", ineligible_reason(connector.connector_type))
     if session.scalar(
         sa.select(Pipeline.id).where(Pipeline.workspace_id == workspace_id, Pipeline.name == pipeline_name)
     ):
@@ -280,6 +281,7 @@ def create_pipeline(
         enabled=enabled,
         created_by=created_by or workspace.owner_user_id,
     )
+    (retry or RetryPolicy()).apply_to(pipeline)
     session.add(pipeline)
     session.flush()
     if spec is not None:

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline
 from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
+from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
 
@@ -62,6 +63,9 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         raise RunRefused("uploads pipeline has no fetch executor")
     connector = session.get(Connector, pipeline.connector_id)
     assert connector is not None  # the foreign key cascades deletes
+    # Re-checked here: the type may have become ineligible since the pipeline was created.
+    if not is_pipeline_eligible(connector.connector_type):
+        raise RunRefused(f"{ineligible_reason(connector.connector_type)} any more; the run is not started")
     if connector.connector_type != ConnectorType.WEBCRAWLER.value:
         raise RunRefused(f"executor not implemented for {connector.connector_type}")
     # A pipeline's own INITIAL_URLS override the connector's.

@@ -89,6 +89,9 @@ def due_query(*, now: datetime, batch_size: int) -> sa.Select:
             PipelineTrigger.kind == TriggerKind.SCHEDULE.value,
             PipelineTrigger.enabled.is_(True),
             PipelineTrigger.next_fire_at <= now,
+            # Defense in depth: a pipeline without a connector (uploads) has nothing to fetch, so a
+            # schedule set on it would only start runs that fail; it is never claimed.
+            Pipeline.connector_id.is_not(None),
         )
         .order_by(PipelineTrigger.next_fire_at)
         .limit(batch_size)

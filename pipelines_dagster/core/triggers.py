@@ -1,12 +1,23 @@
 """Webhook and domain-event triggers: creating them, accepting signed deliveries, emitting events.
 
-A webhook trigger's token names it in the URL and is its HMAC secret; only the
-token's hash is stored. Deliveries and events are rows that sensors turn into
-runs, each with its own cursor.
+A webhook trigger is named by a random token in its URL; only the token's hash is stored.
+Its deliveries are signed in one of two modes, chosen when the trigger is created:
+
+- `standard` (Standard Webhooks): `webhook-id`, `webhook-timestamp` and `webhook-signature:
+  v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">` under a per-trigger `whsec_` secret that is
+  not in the URL. The id and the time are signed, so a delivery cannot be replayed under another
+  id or later than five minutes; the id is the dedupe key. Secrets rotate with an overlap window.
+- `github`: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` under the URL token, as
+  GitHub sends. Only the body is signed, so the body is the dedupe key: a body the trigger has
+  already accepted (within the retention window) is a replay, whatever unsigned headers say.
+
+Deliveries and events are rows that the trigger sensors turn into runs.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import hashlib
 import hmac
@@ -14,25 +25,35 @@ import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from standardwebhooks.webhooks import Webhook
 
 from pipelines_dagster.app_db.engine import dialect_insert
-from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, TriggerKind, WebhookDelivery
+from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, TriggerKind, WebhookDelivery, WebhookSigning
 from pipelines_dagster.core.catalog import NotFoundError, get_pipeline, get_workspace, hash_token
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.validation import InvalidInputError, validate_choice
 
 WEBHOOK_TOKEN_PREFIX = "whk_"
-SIGNATURE_HEADER = "x-hub-signature-256"
-TIMESTAMP_HEADER = "x-webhook-timestamp"
-DELIVERY_HEADERS = ("x-delivery-id", "x-github-delivery", "x-request-id")
+SIGNING_SECRET_PREFIX = "whsec_"
+GITHUB_SIGNATURE_HEADER = "x-hub-signature-256"
+GITHUB_TIMESTAMP_HEADER = "x-webhook-timestamp"
+STANDARD_ID_HEADER = "webhook-id"
+STANDARD_TIMESTAMP_HEADER = "webhook-timestamp"
+STANDARD_SIGNATURE_HEADER = "webhook-signature"
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024
 MAX_DELIVERY_AGE_SECONDS = 300
-# Headers worth keeping with a delivery; the signature is not stored.
-KEPT_HEADERS = ("content-type", "user-agent", TIMESTAMP_HEADER, *DELIVERY_HEADERS)
+MAX_WEBHOOK_ID_LENGTH = 190
+DEFAULT_ROTATION_OVERLAP_SECONDS = 24 * 3600
+MAX_ROTATION_OVERLAP_SECONDS = 7 * 24 * 3600
+# Headers worth keeping with a delivery; signatures are not stored.
+KEPT_HEADERS = (
+    "content-type", "user-agent", STANDARD_ID_HEADER, STANDARD_TIMESTAMP_HEADER, GITHUB_TIMESTAMP_HEADER,
+    "x-github-delivery", "x-github-event", "x-delivery-id",
+)
 
 
 class EventType(enum.StrEnum):
@@ -49,33 +70,116 @@ class EventType(enum.StrEnum):
 
 
 def validate_event_type(event_type: str, *, field: str = "event_type") -> EventType:
-    try:
-        return EventType(event_type)
-    except ValueError:
-        known = ", ".join(member.value for member in EventType)
-        raise InvalidInputError(field, f"unknown event type {event_type!r}; use one of {known}") from None
+    return validate_choice(EventType, event_type, field=field, what="event type")
+
+
+def validate_overlap(seconds: int, *, field: str = "overlap_seconds") -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= MAX_ROTATION_OVERLAP_SECONDS:
+        raise InvalidInputError(
+            field, f"must be a whole number of seconds from 0 to {MAX_ROTATION_OVERLAP_SECONDS} (7 days)"
+        )
+    return seconds
+
+
+def new_signing_secret() -> str:
+    """A Standard Webhooks secret: `whsec_` and 32 random bytes in base64."""
+    return SIGNING_SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 @dataclass(frozen=True)
 class NewWebhook:
     trigger: PipelineTrigger
     token: str
-    """Shown once: the URL is /webhooks/{token}, and the token is the signing secret."""
+    """Shown once: the URL is /webhooks/{token}."""
+    secret: str
+    """Shown once: the signing key, a whsec_ secret in standard mode and the token itself in github mode."""
 
 
-def create_webhook_trigger(session: Session, *, workspace_id: int, pipeline_id: int) -> NewWebhook:
+def create_webhook_trigger(
+    session: Session, *, workspace_id: int, pipeline_id: int, signing: str = WebhookSigning.STANDARD.value
+) -> NewWebhook:
+    mode = validate_choice(WebhookSigning, signing, field="signing", what="signing mode")
     get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
     _refuse_duplicate(session, pipeline_id, TriggerKind.WEBHOOK, None)
     token = WEBHOOK_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    secret = new_signing_secret() if mode is WebhookSigning.STANDARD else token
     trigger = PipelineTrigger(
         workspace_id=workspace_id,
         pipeline_id=pipeline_id,
         kind=TriggerKind.WEBHOOK.value,
         webhook_secret_hash=hash_token(token),
+        signing=mode.value,
+        signing_secrets=[{"secret": secret, "expires_at": None}] if mode is WebhookSigning.STANDARD else None,
     )
     session.add(trigger)
     session.flush()
-    return NewWebhook(trigger, token)
+    return NewWebhook(trigger, token, secret)
+
+
+@dataclass(frozen=True)
+class RotatedSecret:
+    trigger: PipelineTrigger
+    secret: str
+    """Shown once: the new signing secret."""
+    previous_expires_at: datetime
+    """Until then the previous secrets verify too."""
+
+
+def rotate_signing_secret(
+    session: Session,
+    *,
+    workspace_id: int,
+    pipeline_id: int,
+    trigger_id: int,
+    overlap_seconds: int = DEFAULT_ROTATION_OVERLAP_SECONDS,
+    now: datetime | None = None,
+) -> RotatedSecret:
+    """Give a standard-mode trigger a new secret; the ones it had verify for `overlap_seconds` more."""
+    overlap = validate_overlap(overlap_seconds)
+    trigger = get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id)
+    if trigger.signing != WebhookSigning.STANDARD.value:
+        raise InvalidInputError(
+            "signing",
+            "only a standard-mode webhook trigger has a secret to rotate; a github-mode trigger signs with its "
+            "URL token, so replace it with a new trigger",
+        )
+    moment = now or datetime.now(UTC)
+    expires_at = moment + timedelta(seconds=overlap)
+    kept = [
+        {"secret": entry["secret"], "expires_at": min(_expiry(entry) or expires_at, expires_at).isoformat()}
+        for entry in trigger.signing_secrets or []
+        if (_expiry(entry) or expires_at) > moment
+    ]
+    secret = new_signing_secret()
+    trigger.signing_secrets = [{"secret": secret, "expires_at": None}, *kept]
+    session.flush()
+    return RotatedSecret(trigger, secret, expires_at)
+
+
+def _expiry(entry: Mapping[str, Any]) -> datetime | None:
+    value = entry.get("expires_at")
+    return datetime.fromisoformat(value) if value else None
+
+
+def live_secrets(trigger: PipelineTrigger, now: datetime) -> list[str]:
+    """The standard-mode secrets that verify at `now`: the current one and those still in their overlap."""
+    return [
+        entry["secret"] for entry in trigger.signing_secrets or [] if (expiry := _expiry(entry)) is None or expiry > now
+    ]
+
+
+def previous_secret_expiry(trigger: PipelineTrigger, now: datetime) -> datetime | None:
+    """When the last rotated-out secret that still verifies stops verifying; None when none does."""
+    expiries = [expiry for entry in trigger.signing_secrets or [] if (expiry := _expiry(entry)) and expiry > now]
+    return max(expiries, default=None)
+
+
+def get_trigger(session: Session, *, workspace_id: int, pipeline_id: int, trigger_id: int) -> PipelineTrigger:
+    get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    trigger = session.get(PipelineTrigger, trigger_id)
+    if trigger is None or trigger.pipeline_id != pipeline_id:
+        raise NotFoundError(f"trigger {trigger_id} is not a trigger of pipeline {pipeline_id}")
+    return trigger
 
 
 def create_event_trigger(
@@ -107,12 +211,18 @@ def _refuse_duplicate(session: Session, pipeline_id: int, kind: TriggerKind, eve
 
 
 def sign(body: bytes, secret: str) -> str:
-    """The X-Hub-Signature-256 value a sender puts on `body`."""
+    """The X-Hub-Signature-256 value a github-mode sender puts on `body`."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def signature_valid(body: bytes, secret: str, header: str | None) -> bool:
     return header is not None and hmac.compare_digest(sign(body, secret), header.strip())
+
+
+def sign_standard(body: bytes, secret: str, *, webhook_id: str, timestamp: int) -> str:
+    """The webhook-signature value a standard-mode sender puts on `body` (for tests and tools)."""
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    return Webhook(secret).sign(msg_id=webhook_id, timestamp=moment, data=body.decode())
 
 
 class DeliveryRejected(Exception):
@@ -130,6 +240,62 @@ class DeliveryAccepted:
     """True for a redelivery: accepted, stored once, starts no second run."""
 
 
+UNVERIFIED = "unknown webhook, or a missing or invalid signature"
+
+
+def _signed_at(stamp: str | None, header: str, moment: datetime) -> None:
+    """Refuse a delivery whose timestamp is more than MAX_DELIVERY_AGE_SECONDS from `moment`."""
+    try:
+        sent = datetime.fromtimestamp(int(stamp or ""), UTC)
+    except (ValueError, OverflowError, OSError):
+        raise DeliveryRejected(401, f"{header} must be Unix seconds") from None
+    if abs((moment - sent).total_seconds()) > MAX_DELIVERY_AGE_SECONDS:
+        raise DeliveryRejected(
+            401, f"{header} is more than {MAX_DELIVERY_AGE_SECONDS} s from the server's clock; not accepted"
+        )
+
+
+def verify_standard(trigger: PipelineTrigger, body: bytes, headers: Mapping[str, str], moment: datetime) -> str:
+    """Check a standard-mode delivery's signature and time; its dedupe key (from webhook-id)."""
+    webhook_id, stamp = headers.get(STANDARD_ID_HEADER), headers.get(STANDARD_TIMESTAMP_HEADER)
+    offered = headers.get(STANDARD_SIGNATURE_HEADER)
+    if not (webhook_id and stamp and offered):
+        raise DeliveryRejected(
+            401, f"{UNVERIFIED}: send {STANDARD_ID_HEADER}, {STANDARD_TIMESTAMP_HEADER} and {STANDARD_SIGNATURE_HEADER}"
+        )
+    if len(webhook_id) > MAX_WEBHOOK_ID_LENGTH:
+        raise DeliveryRejected(400, f"{STANDARD_ID_HEADER} is longer than {MAX_WEBHOOK_ID_LENGTH} characters")
+    _signed_at(stamp, STANDARD_TIMESTAMP_HEADER, moment)
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        raise DeliveryRejected(400, "a standard-mode webhook body must be UTF-8 text") from None
+    signatures = []
+    for entry in offered.split():
+        version, _, value = entry.partition(",")
+        if version == "v1":
+            try:
+                signatures.append(base64.b64decode(value, validate=True))
+            except binascii.Error:
+                continue
+    signed_at = datetime.fromtimestamp(int(stamp), UTC)
+    for secret in live_secrets(trigger, moment):
+        expected = base64.b64decode(Webhook(secret).sign(msg_id=webhook_id, timestamp=signed_at, data=text)[3:])
+        if any(hmac.compare_digest(expected, candidate) for candidate in signatures):
+            return f"id:{webhook_id}"
+    raise DeliveryRejected(401, f"{UNVERIFIED} ({STANDARD_SIGNATURE_HEADER}: v1,<base64 HMAC-SHA256>)")
+
+
+def verify_github(token: str, body: bytes, headers: Mapping[str, str], moment: datetime) -> str:
+    """Check a github-mode delivery's signature; its dedupe key, the body's hash (nothing else is signed)."""
+    if not signature_valid(body, token, headers.get(GITHUB_SIGNATURE_HEADER)):
+        raise DeliveryRejected(401, f"{UNVERIFIED} (X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>)")
+    # Unsigned, so it only stops a stale resend by an honest proxy; replays are stopped by the body.
+    if GITHUB_TIMESTAMP_HEADER in headers:
+        _signed_at(headers[GITHUB_TIMESTAMP_HEADER], "X-Webhook-Timestamp", moment)
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
 def accept_delivery(
     session: Session,
     *,
@@ -138,32 +304,30 @@ def accept_delivery(
     headers: Mapping[str, str],
     now: datetime | None = None,
 ) -> DeliveryAccepted:
-    """Verify and store one webhook delivery; DeliveryRejected says why and nothing is stored."""
+    """Verify and store one webhook delivery; DeliveryRejected says why and nothing is stored.
+
+    A delivery already accepted (the same webhook-id in standard mode, the same body in github
+    mode) is a duplicate: answered as accepted, stored once, and it starts no second run.
+    """
     lowered = {name.lower(): value for name, value in headers.items()}
     if len(body) > MAX_WEBHOOK_BODY_BYTES:
         raise DeliveryRejected(413, f"the body is larger than {MAX_WEBHOOK_BODY_BYTES} bytes")
+    moment = now or datetime.now(UTC)
     trigger = session.scalar(
         sa.select(PipelineTrigger).where(
             PipelineTrigger.webhook_secret_hash == hash_token(token),
             PipelineTrigger.kind == TriggerKind.WEBHOOK.value,
         )
     )
-    # The token is the secret: an unknown one gets the same answer as a bad signature.
-    if trigger is None or not signature_valid(body, token, lowered.get(SIGNATURE_HEADER)):
-        raise DeliveryRejected(401, "missing or invalid X-Hub-Signature-256 (sha256=HMAC of the body)")
-    moment = now or datetime.now(UTC)
-    if (stamp := lowered.get(TIMESTAMP_HEADER)) is not None:
-        try:
-            sent = datetime.fromtimestamp(int(stamp), UTC)
-        except (ValueError, OverflowError, OSError):
-            raise DeliveryRejected(400, f"{TIMESTAMP_HEADER} must be Unix seconds") from None
-        if abs((moment - sent).total_seconds()) > MAX_DELIVERY_AGE_SECONDS:
-            raise DeliveryRejected(401, f"the delivery is more than {MAX_DELIVERY_AGE_SECONDS} s old; not replayed")
+    # An unknown token gets the same answer as a bad signature.
+    if trigger is None:
+        raise DeliveryRejected(401, UNVERIFIED)
+    if trigger.signing == WebhookSigning.STANDARD.value:
+        dedupe_key = verify_standard(trigger, body, lowered, moment)
+    else:
+        dedupe_key = verify_github(token, body, lowered, moment)
     if not trigger.enabled:
         raise DeliveryRejected(409, "this webhook trigger is disabled")
-    dedupe_key = next(
-        (lowered[name] for name in DELIVERY_HEADERS if lowered.get(name)), "sha256:" + hashlib.sha256(body).hexdigest()
-    )[:200]
     inserted = session.scalar(
         dialect_insert(session, WebhookDelivery)
         .values(

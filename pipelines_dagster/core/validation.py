@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
+from typing import TypeVar
 from urllib.parse import urlsplit
+
+E = TypeVar("E", bound=enum.Enum)
 
 MAX_URL_LENGTH = 2048
 
@@ -15,6 +19,15 @@ class InvalidInputError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+def validate_choice(choices: type[E], value: object, *, field: str, what: str) -> E:
+    """`value` as a member of `choices`; else an error that lists them."""
+    try:
+        return choices(value)
+    except ValueError:
+        known = ", ".join(str(member.value) for member in choices)
+        raise InvalidInputError(field, f"unknown {what} {value!r}; use one of {known}") from None
 
 
 def validate_url(url: str, *, field: str = "url") -> str:

@@ -88,6 +88,12 @@ INVALID_BODIES = [
     ({"name": "p", "enabled": "perhaps"}, ["enabled"]),
     ({"name": "p", "colour": "red"}, ["colour"]),
     ({"connector_id": 1}, ["name"]),
+    ({"name": "p", "retry_policy": {"backoff": "fibonacci"}}, ["retry_policy.backoff"]),
+    ({"name": "p", "retry_policy": {"max_retries": -1}}, ["retry_policy.max_retries"]),
+    ({"name": "p", "retry_policy": {"max_retries": 11}}, ["retry_policy.max_retries"]),
+    ({"name": "p", "retry_policy": {"delay_seconds": 0}}, ["retry_policy.delay_seconds"]),
+    ({"name": "p", "retry_policy": {"delay_seconds": -1.5}}, ["retry_policy.delay_seconds"]),
+    ({"name": "p", "retry_policy": {"jitter": True}}, ["retry_policy.jitter"]),
     (
         {"name": "", "urls": ["nope"], "schedule": {"cron": "61 * * * *", "timezone": "Nowhere/None"}},
         ["name", "schedule.cron", "schedule.timezone", "urls"],
@@ -165,6 +171,22 @@ def test_put_changes_only_the_fields_given(client, sessions, tenant):
     again = client.put(path, headers=tenant.headers, json={"folder": "Docs", "urls": ["https://b.example/"]}).json()
     assert again["folder_id"] == created["folder_id"] and again["urls"] == ["https://b.example/"]
     assert client.put(path, headers=tenant.headers, json={}).json()["name"] == "renamed"
+
+
+def test_a_retry_policy_is_set_at_creation_shown_and_changed(client, tenant):
+    default = create(client, tenant, name="default").json()
+    assert default["retry_policy"] == {"backoff": "exponential", "max_retries": 3, "delay_seconds": 2.0,
+                                       "description": "exponential backoff, up to 3 retries, waiting 2, 4, 8 s"}
+    linear = create(client, tenant, name="linear",
+                    retry_policy={"backoff": "linear", "max_retries": 2, "delay_seconds": 5}).json()
+    assert linear["retry_policy"]["description"] == "linear backoff, up to 2 retries, waiting 5, 10 s"
+    path = f"{tenant.pipelines}/{linear['id']}"
+    refused = client.put(path, headers=tenant.headers, json={"retry_policy": {"delay_seconds": 0}})
+    assert fields_of(refused) == ["retry_policy.delay_seconds"]
+    assert fields_of(client.put(path, headers=tenant.headers, json={"retry_policy": None})) == ["retry_policy"]
+    assert client.get(path, headers=tenant.headers).json()["retry_policy"] == linear["retry_policy"]
+    changed = client.put(path, headers=tenant.headers, json={"retry_policy": {"max_retries": 0}}).json()
+    assert changed["retry_policy"]["max_retries"] == 0 and changed["retry_policy"]["backoff"] == "exponential"
 
 
 def test_put_refuses_null_for_fields_that_have_no_null(client, tenant):

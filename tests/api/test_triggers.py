@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
 from pipelines_dagster.core.triggers import sign
 from tests.api.conftest import Tenant
+from tests.support.webhooks import standard_headers
 
 
 def make_pipeline(client, tenant: Tenant, name: str = "docs") -> int:
@@ -19,9 +22,9 @@ def make_pipeline(client, tenant: Tenant, name: str = "docs") -> int:
     return made.json()["id"]
 
 
-def new_webhook(client, tenant: Tenant, pipeline_id: int) -> dict:
+def new_webhook(client, tenant: Tenant, pipeline_id: int, signing: str | None = None) -> dict:
     made = client.post(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers,
-                       json={"kind": "webhook"})
+                       json={"kind": "webhook", **({"signing": signing} if signing else {})})
     assert made.status_code == 201, made.text
     return made.json()
 
@@ -34,7 +37,8 @@ def count(sessions, model) -> int:
 def test_a_webhook_trigger_shows_its_secret_once(client, tenant):
     pipeline_id = make_pipeline(client, tenant)
     hook = new_webhook(client, tenant, pipeline_id)
-    assert hook["webhook_path"] == f"/webhooks/{hook['secret']}" and hook["kind"] == "webhook"
+    assert hook["kind"] == "webhook" and hook["signing"] == "standard" and hook["secret"].startswith("whsec_")
+    assert hook["secret"] not in hook["webhook_path"]
     listed = client.get(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers).json()
     assert [t["id"] for t in listed["triggers"]] == [hook["id"]]
     assert hook["secret"] not in json.dumps(listed)
@@ -80,8 +84,66 @@ def test_events_are_recorded_for_the_tokens_workspace(client, tenant, other, ses
     assert count(sessions, DomainEvent) == before
 
 
-def test_webhook_deliveries_over_http(client, tenant, sessions):
+def test_a_github_mode_trigger_is_signed_with_its_url_token(client, tenant):
+    hook = new_webhook(client, tenant, make_pipeline(client, tenant), signing="github")
+    assert hook["signing"] == "github" and hook["webhook_path"] == f"/webhooks/{hook['secret']}"
+
+
+def test_bad_signing_input_is_refused_with_the_field_and_nothing_is_written(client, tenant):
+    pipeline_id = make_pipeline(client, tenant)
+    path = f"{tenant.pipelines}/{pipeline_id}/triggers"
+    for body in ({"kind": "webhook", "signing": "svix"},
+                 {"kind": "event", "event_type": "folder.changed", "signing": "github"}):
+        refused = client.post(path, headers=tenant.headers, json=body)
+        assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "signing", refused.text
+    assert client.get(path, headers=tenant.headers).json()["triggers"] == []
+
+
+def test_secret_rotation_over_http(client, tenant):
+    pipeline_id = make_pipeline(client, tenant)
+    hook = new_webhook(client, tenant, pipeline_id)
+    rotate = f"{tenant.pipelines}/{pipeline_id}/triggers/{hook['id']}/rotate-secret"
+    for bad in ({"overlap_seconds": -1}, {"overlap_seconds": 8 * 24 * 3600}):
+        refused = client.post(rotate, headers=tenant.headers, json=bad)
+        assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "overlap_seconds"
+    rotated = client.post(rotate, headers=tenant.headers, json={"overlap_seconds": 600})
+    assert rotated.status_code == 200, rotated.text
+    new = rotated.json()
+    assert new["secret"].startswith("whsec_") and new["secret"] != hook["secret"]
+    assert new["previous_secret_expires_at"] is not None
+    body = b"{}"
+    for n, secret in enumerate((hook["secret"], new["secret"])):
+        headers = standard_headers(secret, body, webhook_id=f"rot-{n}", at=datetime.now(UTC))
+        assert client.post(hook["webhook_path"], content=body, headers=headers).status_code == 202
+    listed = client.get(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers).json()["triggers"]
+    assert listed[0]["previous_secret_expires_at"] == new["previous_secret_expires_at"]
+    assert new["secret"] not in json.dumps(listed)
+    github = new_webhook(client, tenant, make_pipeline(client, tenant, name="gh"), signing="github")
+    refused = client.post(f"{tenant.pipelines}/{github['pipeline_id']}/triggers/{github['id']}/rotate-secret",
+                          headers=tenant.headers)
+    assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "signing"
+
+
+def test_standard_webhook_deliveries_over_http(client, tenant, sessions):
     hook = new_webhook(client, tenant, make_pipeline(client, tenant))
+    body = b'{"ref": "main"}'
+    signed = standard_headers(hook["secret"], body, webhook_id="msg_1", at=datetime.now(UTC))
+    before = count(sessions, WebhookDelivery)
+    assert client.post(hook["webhook_path"], content=body).status_code == 401
+    stale = standard_headers(hook["secret"], body, webhook_id="msg_1", at=datetime.now(UTC) - timedelta(seconds=301))
+    assert client.post(hook["webhook_path"], content=body, headers=stale).status_code == 401
+    assert client.post(hook["webhook_path"], content=body,
+                       headers={**signed, "webhook-id": "msg_2"}).status_code == 401
+    assert count(sessions, WebhookDelivery) == before
+    first = client.post(hook["webhook_path"], content=body, headers=signed)
+    assert first.status_code == 202 and first.json()["duplicate"] is False
+    again = client.post(hook["webhook_path"], content=body, headers=signed)
+    assert again.status_code == 200 and again.json() == {**first.json(), "duplicate": True}
+    assert count(sessions, WebhookDelivery) == before + 1
+
+
+def test_github_webhook_deliveries_over_http(client, tenant, sessions):
+    hook = new_webhook(client, tenant, make_pipeline(client, tenant), signing="github")
     body = b'{"ref": "main"}'
     signed = {"X-Hub-Signature-256": sign(body, hook["secret"]), "X-Delivery-Id": "gh-1"}
     before = count(sessions, WebhookDelivery)
@@ -95,6 +157,9 @@ def test_webhook_deliveries_over_http(client, tenant, sessions):
     assert first.status_code == 202 and first.json()["duplicate"] is False
     again = client.post(hook["webhook_path"], content=body, headers=signed)
     assert again.status_code == 200 and again.json() == {**first.json(), "duplicate": True}
+    replayed = client.post(hook["webhook_path"], content=body,
+                           headers={"X-Hub-Signature-256": signed["X-Hub-Signature-256"], "X-Delivery-Id": "gh-2"})
+    assert replayed.status_code == 200 and replayed.json() == {**first.json(), "duplicate": True}
     assert count(sessions, WebhookDelivery) == before + 1
     huge = b"x" * (1024 * 1024 + 1)
     too_big = client.post(hook["webhook_path"], content=huge,
@@ -102,3 +167,12 @@ def test_webhook_deliveries_over_http(client, tenant, sessions):
     assert too_big.status_code == 413 and "1048576 bytes" in too_big.json()["detail"]
     assert client.post("/webhooks/whk_unknown", content=body,
                        headers={"X-Hub-Signature-256": sign(body, "whk_unknown")}).status_code == 401
+
+
+def test_the_access_log_never_prints_a_webhook_token(client, caplog):
+    # uvicorn's access line: client, method, path, HTTP version, status.
+    with caplog.at_level(logging.INFO, logger="uvicorn.access"):
+        logging.getLogger("uvicorn.access").info(
+            '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "POST", "/webhooks/whk_s3cr3t?x=1", "1.1", 202
+        )
+    assert caplog.messages == ['127.0.0.1:5000 - "POST /webhooks/<redacted>?x=1 HTTP/1.1" 202']

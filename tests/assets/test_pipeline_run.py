@@ -133,6 +133,16 @@ def test_a_connector_type_without_executor_is_refused(embedded: Stack):
     assert_refused(embedded, workspace_id, pipeline_id, "executor not implemented for google_drive")
 
 
+def test_a_connector_type_that_became_ineligible_fails_the_run_cleanly(embedded: Stack, monkeypatch):
+    from pipelines_dagster.core import connector_types
+
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    # A deploy after the pipeline was created moved its connector type to a new implementation.
+    monkeypatch.setitem(connector_types.PIPELINE_AVAILABILITY, "webcrawler", connector_types.Availability.MIGRATING)
+    assert_refused(embedded, workspace_id, pipeline_id,
+                   "connector type webcrawler is migrating and is not eligible for pipelines any more")
+
+
 def test_no_urls_is_refused(embedded: Stack):
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
     with transaction(embedded.sessions) as session:

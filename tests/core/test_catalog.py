@@ -115,3 +115,26 @@ def test_a_connector_without_periodic_indexing_is_untouched(sessions):
         assert session.scalar(sa.select(sa.func.count()).select_from(Pipeline)
                               .where(Pipeline.connector_id == ids[1])) == 1
         assert session.get(Connector, ids[1]).periodic_indexing_enabled is False
+
+
+def test_a_pipeline_over_an_ineligible_connector_type_is_refused_and_nothing_is_written(sessions, monkeypatch):
+    from pipelines_dagster.core import connector_types
+    from pipelines_dagster.core.validation import InvalidInputError
+
+    workspace_id, connector_id = connector_with_own_indexing(sessions)
+    monkeypatch.setitem(connector_types.PIPELINE_AVAILABILITY, "webcrawler", connector_types.Availability.MIGRATING)
+    with sessions() as session:
+        before = session.scalar(sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.workspace_id == workspace_id))
+    try:
+        user_pipeline(sessions, workspace_id, connector_id, "docs")
+    except InvalidInputError as refused:
+        assert refused.field == "connector_id"
+        assert refused.message == "connector type webcrawler is migrating and is not eligible for pipelines"
+    else:
+        raise AssertionError("a pipeline over a migrating connector type was created")
+    trigger, connector = own_schedule(sessions, connector_id)
+    assert trigger.enabled and connector.periodic_indexing_enabled
+    with sessions() as session:
+        assert session.scalar(
+            sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.workspace_id == workspace_id)
+        ) == before

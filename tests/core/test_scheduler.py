@@ -8,20 +8,28 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
-from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, Workspace
+from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, Workspace
 from pipelines_dagster.core.scheduler import claim_due, due_fires, due_query
 
 NOW = datetime(2026, 12, 1, 9, 0, 30, tzinfo=UTC)
 
 
-def pipelines_with_triggers(sessions, count: int, *, enabled: bool = True, **trigger) -> list[int]:
-    """`count` pipelines in a new workspace, each with one schedule trigger; the trigger ids."""
+def pipelines_with_triggers(
+    sessions, count: int, *, enabled: bool = True, uploads: bool = False, **trigger
+) -> list[int]:
+    """`count` pipelines over a web connector (none for `uploads`) in a new workspace, each with
+    one schedule trigger; the trigger ids."""
     trigger = {"cron": "*/5 * * * *", "timezone": "UTC", "next_fire_at": NOW - timedelta(minutes=1)} | trigger
     with transaction(sessions) as session:
         workspace = Workspace(name="acme", owner_user_id="u")
         session.add(workspace)
         session.flush()
-        pipelines = [Pipeline(workspace_id=workspace.id, name=f"p{n}", enabled=enabled) for n in range(count)]
+        connector = Connector(workspace_id=workspace.id, name="web", connector_type="webcrawler",
+                              config={"INITIAL_URLS": ["https://example.com/"]})
+        session.add(connector)
+        session.flush()
+        pipelines = [Pipeline(workspace_id=workspace.id, name=f"p{n}", enabled=enabled,
+                              connector_id=None if uploads else connector.id) for n in range(count)]
         session.add_all(pipelines)
         session.flush()
         triggers = [PipelineTrigger(workspace_id=workspace.id, pipeline_id=p.id, kind="schedule", **trigger)
@@ -84,6 +92,16 @@ def test_a_disabled_pipelines_fire_is_reported_as_such_and_still_advanced(sessio
     [fire] = [f for f in due_fires(sessions, now=NOW) if f.trigger_id == trigger_id]
     assert fire.pipeline_enabled is False
     assert trigger_row(sessions, trigger_id).next_fire_at > NOW
+
+
+def test_a_pipeline_without_a_connector_is_never_claimed(sessions):
+    [uploads] = pipelines_with_triggers(sessions, 1, uploads=True)
+    [crawls] = pipelines_with_triggers(sessions, 1)
+    fired = {fire.trigger_id for fire in due_fires(sessions, now=NOW)}
+    assert crawls in fired and uploads not in fired
+    # Left as it was: not advanced, not fired, not disabled.
+    row = trigger_row(sessions, uploads)
+    assert row.next_fire_at == NOW - timedelta(minutes=1) and row.last_fired_at is None and row.enabled
 
 
 def test_claims_loop_over_batches_until_nothing_is_due(sessions):

@@ -21,6 +21,7 @@ from pipelines_dagster.resources.locks import DatabaseLocksResource
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from pipelines_dagster.sensors.run_status import lock_release_sensors, release_run_locks
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
+from tests.support.webhooks import standard_headers
 
 
 @pytest.fixture
@@ -184,19 +185,19 @@ def test_lock_release_sensors_watch_failed_and_canceled_pipeline_runs():
     assert all(sensor.default_status == dg.DefaultSensorStatus.RUNNING for sensor in lock_release_sensors)
 
 
-def webhook_for(app_db, pipeline_id: int, workspace_id: int) -> str:
+def webhook_for(app_db, pipeline_id: int, workspace_id: int):
     from pipelines_dagster.core.triggers import create_webhook_trigger
 
     with transaction(app_db.sessions) as session:
-        return create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id).token
+        return create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
 
 
-def deliver(app_db, token: str, body: bytes, delivery: str) -> int:
-    from pipelines_dagster.core.triggers import accept_delivery, sign
+def deliver(app_db, webhook, body: bytes, delivery: str) -> int:
+    from pipelines_dagster.core.triggers import accept_delivery
 
+    headers = standard_headers(webhook.secret, body, webhook_id=delivery, at=datetime.now(UTC))
     with transaction(app_db.sessions) as session:
-        return accept_delivery(session, token=token, body=body,
-                               headers={"X-Hub-Signature-256": sign(body, token), "X-Delivery-Id": delivery}).delivery_id
+        return accept_delivery(session, token=webhook.token, body=body, headers=headers).delivery_id
 
 
 def test_each_webhook_delivery_becomes_one_run_request(instance, app_db):

@@ -430,9 +430,9 @@ class LockLease(Base):
     expires_at_ms: Mapped[int]
 
 
-# Row ids are partition keys and sensor cursors: SQLite must never hand a deleted row's id
+# Row ids are partition keys and run keys: SQLite must never hand a deleted row's id
 # to a new row (PostgreSQL sequences never do), or a new pipeline would inherit an old
-# one's runs and a cursor would skip new deliveries.
+# one's runs and a new delivery or event would repeat an old run key, which Dagster skips.
 for _table in Base.metadata.tables.values():
     if "id" in _table.columns:
         _table.dialect_options["sqlite"]["autoincrement"] = True

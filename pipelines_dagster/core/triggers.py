@@ -11,7 +11,7 @@ Its deliveries are signed in one of two modes, chosen when the trigger is create
   GitHub sends. Only the body is signed, so the body is the dedupe key: a body the trigger has
   already accepted (within the retention window) is a replay, whatever unsigned headers say.
 
-Deliveries and events are rows that the trigger sensors turn into runs.
+Deliveries and events are rows that the trigger sensors take (core/trigger_queue.py) and turn into runs.
 """
 
 from __future__ import annotations

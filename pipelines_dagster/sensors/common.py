@@ -63,8 +63,3 @@ def pipeline_run_request(
         partition_key=partition_key(pipeline_id),
         tags={**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger), **extra_tags},
     )
-
-
-def id_cursor(context: dg.SensorEvaluationContext) -> int:
-    """The last row id a cursor sensor has turned into runs (0 before its first tick)."""
-    return int(context.cursor) if context.cursor else 0

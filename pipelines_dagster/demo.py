@@ -26,8 +26,8 @@ from pipelines_dagster.app_db.models import Connector, Document, Pipeline, Works
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
-from pipelines_dagster.jobs import run_tags
 from pipelines_dagster.resources import build_resources
+from pipelines_dagster.runs import run_tags
 from pipelines_dagster.settings import Settings, load_settings
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "examples" / "site"

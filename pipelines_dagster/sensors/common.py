@@ -3,8 +3,9 @@
 import dagster as dg
 
 from pipelines_dagster.batch import pipeline_batch
-from pipelines_dagster.jobs import batch_pipeline_ids, pipeline_run, run_tags
+from pipelines_dagster.jobs import batch_pipeline_ids, pipeline_run
 from pipelines_dagster.partitions import partition_key, pipelines_partitions
+from pipelines_dagster.runs import run_tags
 
 # Queued or running: a pipeline in one of these gets no second run from a trigger.
 BUSY_STATUSES = [

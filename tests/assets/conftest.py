@@ -18,12 +18,12 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.blob import BlobStore
-from pipelines_dagster.jobs import run_tags
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
+from pipelines_dagster.runs import run_tags
 from tests.support.web import WebServer, page
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.assets.partition import latest_crawl_blob, refused
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
 from pipelines_dagster.partitions import pipelines_partitions
@@ -16,8 +16,6 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 
-CRAWL_RESULTS = dg.AssetKey("crawl_results")
-
 # Safe to retry: the charge is keyed by the root run, documents are upserts, and the
 # blob is replaced whole. Guard failures are marked not retryable.
 CRAWL_RETRY_POLICY = dg.RetryPolicy(
@@ -25,42 +23,10 @@ CRAWL_RETRY_POLICY = dg.RetryPolicy(
 )
 
 
-def latest_crawl_blob(instance: dg.DagsterInstance, partition_key: str) -> tuple[str, str] | None:
-    """(blob key, run id) of the partition's newest crawl, read from the event log."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=CRAWL_RESULTS, asset_partitions=[partition_key]), limit=1
-    ).records
-    if not records:
-        return None
-    materialization = records[0].asset_materialization
-    blob_key = materialization.metadata.get("blob_key") if materialization else None
-    return (blob_key.value, records[0].run_id) if blob_key else None
-
-
-def stored_crawl(instance: dg.DagsterInstance, partition_key: str) -> tuple[str, str]:
-    """(blob key, run id) of the partition's newest crawl, for assets built from stored crawls."""
-    latest = latest_crawl_blob(instance, partition_key)
-    if latest is None:
-        raise refused(f"pipeline {partition_key} has no stored crawl yet; materialize crawl_results first")
-    return latest
-
-
-def partition_pipeline(app_db: AppDatabaseResource, partition_key: str) -> Pipeline:
-    with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, int(partition_key))
-    if pipeline is None:
-        raise refused(f"pipeline {partition_key} does not exist")
-    return pipeline
-
-
 def _run_ended(instance: dg.DagsterInstance, run_id: str) -> bool:
     """Whether `run_id` names a run that has ended, so a lock it still owns was left by its dead process."""
     run = instance.get_run_by_id(run_id)
     return run is not None and run.is_finished
-
-
-def refused(reason: str) -> dg.Failure:
-    return dg.Failure(description=reason, allow_retries=False)
 
 
 def _failed_urls_table(report: CrawlReport) -> str:

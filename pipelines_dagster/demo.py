@@ -165,5 +165,6 @@ def run_once(
 
 
 def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
-    [event] = result.asset_materializations_for_node(asset)
-    return {key: value.value for key, value in event.metadata.items()}
+    # By asset, not by step: the crawl step also records the page changes this run has no step for.
+    [event] = [event for event in result.get_asset_materialization_events() if event.asset_key == dg.AssetKey(asset)]
+    return {key: value.value for key, value in event.materialization.metadata.items()}

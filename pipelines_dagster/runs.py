@@ -1,5 +1,7 @@
 """The run contract: the tags every pipeline run carries, and the triggers that start runs."""
 
+from collections.abc import Mapping
+
 from pipelines_dagster.partitions import partition_key
 
 TRIGGERS = ("manual", "scheduled", "webhook", "event", "connector")
@@ -22,3 +24,9 @@ def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str) -> dict[str, 
         "trigger": checked_trigger(trigger),
     }
 
+
+def missing_run_tags(tags: Mapping[str, str], *, pipeline_id: int, workspace_id: int) -> dict[str, str]:
+    """The contract's tags a run of the pipeline lacks: all of them for a launch from the Dagster UI,
+    which carries only its partition; none for our own launchers. A tag the run has is kept."""
+    contract = run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=UI_TRIGGER)
+    return {key: value for key, value in contract.items() if key not in tags}

@@ -7,7 +7,7 @@ without a second crawl or charge. Each is logged as an event of its own asset, f
 """
 
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -32,6 +32,18 @@ FAILED_STEP = "failed_step"
 ERROR = "error"
 
 Event = dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation
+
+
+def steps_executed(job_steps: Iterable[str], step_keys_to_execute: Collection[str] | None) -> frozenset[str]:
+    """The steps a run executes: its job's (a run of selected assets has a job of only those and
+    their checks), narrowed to its step selection (a re-execution of some steps) when it has one."""
+    steps = frozenset(job_steps)
+    return steps if step_keys_to_execute is None else steps & frozenset(step_keys_to_execute)
+
+
+def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:
+    """The steps the context's run executes; an asset's or check's step key is its node's name."""
+    return steps_executed(context.job_def.graph.node_names(), context.run.step_keys_to_execute)
 
 
 def error_message(error: Exception) -> str:

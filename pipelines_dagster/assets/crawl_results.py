@@ -1,12 +1,13 @@
 """`crawl_results[pipeline]`: one crawl of a pipeline's URLs, stored as a JSON Lines blob and billed once."""
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.partition import latest_crawl_blob, refused
+from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, run_steps
+from pipelines_dagster.assets.partition import latest_crawl_blob, partition_pipeline, refused
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
 from pipelines_dagster.partitions import pipelines_partitions
@@ -15,6 +16,7 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
+from pipelines_dagster.runs import missing_run_tags
 
 # Safe to retry: the charge is keyed by the root run, documents are upserts, and the
 # blob is replaced whole. Guard failures are marked not retryable.
@@ -105,6 +107,14 @@ def crawl_partition(
     return metadata
 
 
+def _tag_the_run(context: dg.AssetExecutionContext, app_db: AppDatabaseResource) -> None:
+    """Give a run launched from the Dagster UI the run contract's tags, which history and triggers read."""
+    pipeline = partition_pipeline(app_db, context.partition_key)
+    missing = missing_run_tags(context.run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id)
+    if missing:
+        context.instance.add_run_tags(context.run.run_id, missing)
+
+
 @dg.asset(
     partitions_def=pipelines_partitions,
     retry_policy=CRAWL_RETRY_POLICY,
@@ -118,18 +128,28 @@ def crawl_results(
     billing: BillingResource,
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
-) -> dg.MaterializeResult:
-    return dg.MaterializeResult(
-        metadata=crawl_partition(
-            context.instance,
-            context.run,
-            context.partition_key,
-            app_db=app_db,
-            locks=locks,
-            billing=billing,
-            blob_store=blob_store,
-            crawler=crawler,
-            trigger_tags=context.run.tags,
-            log=context.log,
-        )
+) -> Iterator[dg.MaterializeResult | Event]:
+    _tag_the_run(context, app_db)
+    crawl = crawl_partition(
+        context.instance,
+        context.run,
+        context.partition_key,
+        app_db=app_db,
+        locks=locks,
+        billing=billing,
+        blob_store=blob_store,
+        crawler=crawler,
+        trigger_tags=context.run.tags,
+        log=context.log,
     )
+    yield dg.MaterializeResult(metadata=crawl)
+    # What the run does not execute as steps of its own follows here, from the blob just stored.
+    steps = PartitionSteps(context.instance, context.partition_key, app_db=app_db, blob_store=blob_store,
+                           log=context.log)
+    yield from steps.after_crawl(crawl, executed=run_steps(context))
+    if steps.errors:
+        raise dg.Failure(
+            description=f"the crawl is stored, but {'; '.join(steps.errors)}; materialize the failed asset "
+            "for this partition to build it from the stored crawl, without crawling again",
+            allow_retries=False,
+        )

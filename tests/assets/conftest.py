@@ -120,9 +120,11 @@ class Stack:
 
 
 def materialization(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
-    events = result.asset_materializations_for_node(asset)
+    """The metadata of the asset's one materialization in the run, whichever step logged it."""
+    events = [event for event in result.get_asset_materialization_events()
+              if event.asset_key == dg.AssetKey(asset)]
     assert len(events) == 1, f"{asset} materialized {len(events)} times"
-    return {key: value.value for key, value in events[0].metadata.items()}
+    return {key: value.value for key, value in events[0].materialization.metadata.items()}
 
 
 def fail_once_after_the_charge(monkeypatch: pytest.MonkeyPatch) -> list[bool]:

@@ -690,7 +690,7 @@ class EmbeddedStack:
         import dagster as dg
 
         from pipelines_dagster.assets.crawl_results import crawl_results
-        from pipelines_dagster.jobs import run_tags
+        from pipelines_dagster.runs import run_tags
 
         started = time.perf_counter()
         result = dg.materialize(

@@ -33,9 +33,10 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.history import RunHistory
-from pipelines_dagster.jobs import pipeline_run, run_tags
+from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.launch import PARTITION_TAG
 from pipelines_dagster.partitions import partition_key
+from pipelines_dagster.runs import run_tags
 
 ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 WORKSPACES = 10

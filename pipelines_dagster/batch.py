@@ -18,19 +18,9 @@ from typing import Any, TypeVar
 import dagster as dg
 import pydantic
 
-from pipelines_dagster.assets.checks import (
-    DEFAULT_MIN_SUCCESS_RATIO,
-    blob_readable,
-    check_evaluation,
-    crawl_blob_readable,
-    crawl_success_ratio,
-    documents_have_content,
-    kb_documents_have_content,
-    success_ratio,
-)
-from pipelines_dagster.assets.crawl_results import CRAWL_RESULTS, CRAWL_RETRY_POLICY, crawl_partition
-from pipelines_dagster.assets.kb_documents import index_partition, kb_documents
-from pipelines_dagster.assets.page_changes import changes_partition, page_changes
+from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message
+from pipelines_dagster.assets.crawl_results import CRAWL_RETRY_POLICY, crawl_partition
+from pipelines_dagster.assets.partition import CRAWL_RESULTS
 from pipelines_dagster.core.scheduler import Fire
 from pipelines_dagster.jobs import batch_tags
 from pipelines_dagster.partitions import partition_key
@@ -41,9 +31,6 @@ from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 
 OP_NAME = "run_pipelines"
-# Metadata of the observation that records a pipeline's failure inside a batch run.
-FAILED_STEP = "failed_step"
-ERROR = "error"
 T = TypeVar("T")
 
 
@@ -55,13 +42,6 @@ class BatchPipeline(dg.Config):
 
 class PipelineBatchConfig(dg.Config):
     pipelines: list[BatchPipeline] = pydantic.Field(min_length=1, description="The pipelines to run, in order.")
-
-
-def _message(error: Exception) -> str:
-    # A dg.Failure's description is the sentence written for the user.
-    if isinstance(error, dg.Failure) and error.description:
-        return error.description
-    return f"{type(error).__name__}: {error}"
 
 
 def _with_retries(call: Callable[[], T], *, log: dg.DagsterLogManager, what: str) -> T:
@@ -77,69 +57,28 @@ def _with_retries(call: Callable[[], T], *, log: dg.DagsterLogManager, what: str
             if attempt > CRAWL_RETRY_POLICY.max_retries:
                 raise
             delay = CRAWL_RETRY_POLICY.calculate_delay(attempt)
-            log.warning(f"{what}: attempt {attempt} failed ({_message(exc)}); retrying in {delay:.1f} s")
+            log.warning(f"{what}: attempt {attempt} failed ({error_message(exc)}); retrying in {delay:.1f} s")
             time.sleep(delay)
 
 
-class _Member:
-    """One pipeline of a batch run: its steps, as events to log, and the error that stopped any of them."""
-
-    def __init__(self, context: dg.OpExecutionContext, pipeline: BatchPipeline, resources: dict[str, Any]) -> None:
-        self.context = context
-        self.pipeline = pipeline
-        self.key = partition_key(pipeline.pipeline_id)
-        self.resources = resources
-        self.errors: list[str] = []
-        self.started_at = time.time()
-
-    def _failed(self, asset_key: dg.AssetKey, error: Exception) -> dg.AssetObservation:
-        message = _message(error)
-        self.errors.append(f"{asset_key.to_user_string()}: {message}")
-        self.context.log.error(f"pipeline {self.pipeline.pipeline_id}: {asset_key.to_user_string()} failed: {message}")
-        return dg.AssetObservation(
-            asset_key=asset_key,
-            partition=self.key,
-            metadata={
-                FAILED_STEP: asset_key.to_user_string(),
-                ERROR: message,
-                "started_at": dg.MetadataValue.timestamp(self.started_at),
-            },
+def _run_member(
+    context: dg.OpExecutionContext, pipeline: BatchPipeline, resources: dict[str, Any], steps: PartitionSteps
+) -> Iterator[Event]:
+    """One pipeline of a batch run: its crawl and everything that follows it, as events to log."""
+    try:
+        crawl = _with_retries(
+            lambda: crawl_partition(context.instance, context.run, steps.key, **resources, trigger_tags={},
+                                    log=context.log),
+            log=context.log,
+            what=f"pipeline {pipeline.pipeline_id}: crawl_results",
         )
-
-    def run(self) -> Iterator[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation]:
-        context, key, resources = self.context, self.key, self.resources
-        app_db, blob_store = resources["app_db"], resources["blob_store"]
-        try:
-            crawl = _with_retries(
-                lambda: crawl_partition(
-                    context.instance, context.run, key, **resources, trigger_tags={}, log=context.log
-                ),
-                log=context.log,
-                what=f"pipeline {self.pipeline.pipeline_id}: crawl_results",
-            )
-        except Exception as exc:
-            yield self._failed(CRAWL_RESULTS, exc)
-            return
-        if self.pipeline.scheduled_for:
-            crawl["scheduled_for"] = self.pipeline.scheduled_for
-        yield dg.AssetMaterialization(asset_key=CRAWL_RESULTS, partition=key, metadata=crawl)
-        ratio = success_ratio(key, crawl, app_db, default_threshold=DEFAULT_MIN_SUCCESS_RATIO)
-        yield check_evaluation(crawl_success_ratio, ratio, key)
-        yield check_evaluation(crawl_blob_readable, blob_readable(key, crawl, blob_store), key)
-        try:
-            documents = index_partition(context.instance, key, app_db=app_db, blob_store=blob_store, log=context.log)
-        except Exception as exc:
-            yield self._failed(kb_documents.key, exc)
-        else:
-            if documents is not None:
-                yield dg.AssetMaterialization(asset_key=kb_documents.key, partition=key, metadata=documents)
-                yield check_evaluation(kb_documents_have_content, documents_have_content(key, app_db), key)
-        try:
-            changes = changes_partition(context.instance, key, app_db=app_db, blob_store=blob_store)
-        except Exception as exc:
-            yield self._failed(page_changes.key, exc)
-        else:
-            yield dg.AssetMaterialization(asset_key=page_changes.key, partition=key, metadata=changes)
+    except Exception as exc:
+        yield steps.failed(CRAWL_RESULTS, exc)
+        return
+    if pipeline.scheduled_for:
+        crawl["scheduled_for"] = pipeline.scheduled_for
+    yield dg.AssetMaterialization(asset_key=CRAWL_RESULTS, partition=steps.key, metadata=crawl)
+    yield from steps.after_crawl(crawl)
 
 
 @dg.op(
@@ -155,14 +94,15 @@ def run_pipelines(
     billing: BillingResource,
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
-) -> Iterator[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation]:
+) -> Iterator[Event]:
     resources = {"app_db": app_db, "locks": locks, "billing": billing, "blob_store": blob_store, "crawler": crawler}
     failed: dict[int, list[str]] = {}
     for pipeline in config.pipelines:
-        member = _Member(context, pipeline, resources)
-        yield from member.run()
-        if member.errors:
-            failed[pipeline.pipeline_id] = member.errors
+        steps = PartitionSteps(context.instance, partition_key(pipeline.pipeline_id), app_db=app_db,
+                               blob_store=blob_store, log=context.log)
+        yield from _run_member(context, pipeline, resources, steps)
+        if steps.errors:
+            failed[pipeline.pipeline_id] = steps.errors
     total = len(config.pipelines)
     context.log.info(f"{total - len(failed)} of {total} pipelines succeeded")
     if failed:

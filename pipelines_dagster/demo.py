@@ -26,8 +26,8 @@ from pipelines_dagster.app_db.models import Connector, Document, Pipeline, Works
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
-from pipelines_dagster.jobs import run_tags
 from pipelines_dagster.resources import build_resources
+from pipelines_dagster.runs import run_tags
 from pipelines_dagster.settings import Settings, load_settings
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "examples" / "site"
@@ -165,5 +165,6 @@ def run_once(
 
 
 def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
-    [event] = result.asset_materializations_for_node(asset)
-    return {key: value.value for key, value in event.metadata.items()}
+    # By asset, not by step: the crawl step also records the page changes this run has no step for.
+    [event] = [event for event in result.get_asset_materialization_events() if event.asset_key == dg.AssetKey(asset)]
+    return {key: value.value for key, value in event.materialization.metadata.items()}

@@ -17,10 +17,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.assets.after_crawl import ERROR
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.batch import ERROR, OP_NAME, pipeline_batch
+from pipelines_dagster.batch import OP_NAME, pipeline_batch
 from pipelines_dagster.jobs import MEMBER, member_pipeline_tag, member_workspace_tag
 from pipelines_dagster.launch import PARTITION_TAG
 from pipelines_dagster.partitions import partition_key

@@ -7,28 +7,15 @@ import dagster as dg
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.partitions import partition_key
-
-TRIGGERS = ("manual", "scheduled", "webhook", "event", "connector")
+from pipelines_dagster.runs import UI_TRIGGER, checked_trigger
 
 pipeline_run = dg.define_asset_job(
     "pipeline_run",
     selection=[crawl_results, kb_documents, page_changes],
     # Launches from the UI carry no trigger of their own; every other launcher sets one.
-    tags={"trigger": "manual"},
+    tags={"trigger": UI_TRIGGER},
     description="Crawl one pipeline's URLs, record what changed and, for KB pipelines, save the pages as documents.",
 )
-
-
-def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str) -> dict[str, str]:
-    """The tags every pipeline run carries; `pipeline_id` is what the run queue limits on."""
-    if trigger not in TRIGGERS:
-        raise ValueError(f"unknown trigger {trigger!r}; use one of {', '.join(TRIGGERS)}")
-    return {
-        "pipeline_id": partition_key(pipeline_id),
-        "workspace_id": str(workspace_id),
-        "trigger": trigger,
-    }
 
 
 # A batch run (`pipeline_batch`) carries a tag for each pipeline and workspace it covers, so the run
@@ -52,12 +39,10 @@ def member_workspace_tag(workspace_id: int) -> str:
 
 def batch_tags(members: Iterable[tuple[int, int]], *, trigger: str) -> dict[str, str]:
     """The tags of a batch run over (pipeline id, workspace id) pairs."""
-    if trigger not in TRIGGERS:
-        raise ValueError(f"unknown trigger {trigger!r}; use one of {', '.join(TRIGGERS)}")
     members = list(members)
     shown = ", ".join(str(pipeline_id) for pipeline_id, _ in members[:PIPELINES_SHOWN])
     more = len(members) - PIPELINES_SHOWN
-    tags = {"trigger": trigger, "pipelines": f"{shown} and {more} more" if more > 0 else shown}
+    tags = {"trigger": checked_trigger(trigger), "pipelines": f"{shown} and {more} more" if more > 0 else shown}
     for pipeline_id, workspace_id in members:
         tags[member_pipeline_tag(pipeline_id)] = MEMBER
         tags[member_workspace_tag(workspace_id)] = MEMBER

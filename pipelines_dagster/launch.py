@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.run_engine import plan_run
-from pipelines_dagster.jobs import pipeline_run, run_tags
+from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import partition_key
+from pipelines_dagster.runs import run_tags
 from pipelines_dagster.settings import SettingsError
 
 DAGSTER_URL_ENV = "PIPELINES_DAGSTER_URL"

@@ -15,6 +15,8 @@ from dagster._core.remote_origin import (
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
+from dagster._core.events import JobFailureData, RunFailureReason
+from dagster._core.storage.tags import WILL_RETRY_TAG
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 from dagster_postgres import PostgresRunStorage
 
@@ -131,12 +133,22 @@ def test_embedded_storage_is_sqlite_under_dagster_home(
 
 
 @pytest.mark.parametrize("config_name", ["dagster.postgres.yaml"])
-def test_postgres_storage_and_run_retries(instance: dg.DagsterInstance) -> None:
+def test_postgres_storage(instance: dg.DagsterInstance) -> None:
     assert isinstance(instance.run_storage, PostgresRunStorage)
     run = instance.add_run(dg.DagsterRun(job_name="crawl"))
     assert instance.get_run_by_id(run.run_id) is not None
 
+
+def test_a_run_whose_worker_died_is_retried_once_and_a_step_failure_is_not(instance: dg.DagsterInstance) -> None:
     assert instance.run_retries_enabled
     assert instance.run_retries_max_retries == 1
-    # Only crashed or terminated run workers are retried; step failures have retry policies.
     assert instance.run_retries_retry_on_asset_or_op_failure is False
+    # What the code server or run monitoring reports for a run whose process is gone: no failure reason.
+    died = instance.add_run(dg.DagsterRun(job_name="crawl", status=dg.DagsterRunStatus.STARTED))
+    instance.report_run_failed(died)
+    # What a failed step (a guard's refusal, or a step past its retry policy) fails its run with.
+    refused = instance.add_run(dg.DagsterRun(job_name="crawl", status=dg.DagsterRunStatus.STARTED))
+    instance.report_run_failed(refused, job_failure_data=JobFailureData(
+        error=None, failure_reason=RunFailureReason.STEP_FAILURE))
+    assert instance.get_run_by_id(died.run_id).tags[WILL_RETRY_TAG] == "true"
+    assert instance.get_run_by_id(refused.run_id).tags[WILL_RETRY_TAG] == "false"

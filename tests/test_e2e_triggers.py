@@ -31,6 +31,7 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, sign
 from tests.api.conftest import free_port
+from tests.support.graphql import BACKFILL
 from tests.support.processes import stop_group
 from tests.support.web import WebServer, page
 
@@ -250,15 +251,6 @@ def test_fires_due_together_run_as_one_batch_run_with_an_entry_per_pipeline(depl
         [entry] = [entry for entry in answer.json()["runs"] if entry["run_id"] == run.run_id]
         assert (entry["pipeline_id"], entry["status"], entry["trigger"]) == (pipeline_id, "succeeded", "scheduled")
         assert (entry["crawls_succeeded"], entry["documents_created"], entry["charged_micros"]) == (3, 3, 3000)
-
-
-BACKFILL = """mutation($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}"""
 
 
 def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(deployment: Deployment):

@@ -9,8 +9,8 @@ import pydantic
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
-from pipelines_dagster.assets.crawl_results import CRAWL_RESULTS, crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.partition import CRAWL_RESULTS
 from pipelines_dagster.core.blob import BlobNotFoundError
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -121,7 +121,7 @@ def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> d
 
 
 @dg.asset_check(
-    asset=crawl_results, partitions_def=pipelines_partitions,
+    asset=CRAWL_RESULTS, partitions_def=pipelines_partitions,
     description="At least the pipeline's share of URLs (default 80%) crawled successfully.",
 )
 def crawl_success_ratio(
@@ -134,7 +134,7 @@ def crawl_success_ratio(
 
 
 @dg.asset_check(
-    asset=crawl_results, partitions_def=pipelines_partitions,
+    asset=CRAWL_RESULTS, partitions_def=pipelines_partitions,
     description="The newest crawl's blob exists and every line of it is a JSON record.",
 )
 def crawl_blob_readable(

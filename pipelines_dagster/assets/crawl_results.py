@@ -1,12 +1,13 @@
 """`crawl_results[pipeline]`: one crawl of a pipeline's URLs, stored as a JSON Lines blob and billed once."""
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, run_steps
+from pipelines_dagster.assets.partition import latest_crawl_blob, partition_pipeline, refused
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
 from pipelines_dagster.partitions import pipelines_partitions
@@ -15,8 +16,7 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
-
-CRAWL_RESULTS = dg.AssetKey("crawl_results")
+from pipelines_dagster.runs import missing_run_tags
 
 # Safe to retry: the charge is keyed by the root run, documents are upserts, and the
 # blob is replaced whole. Guard failures are marked not retryable.
@@ -25,42 +25,10 @@ CRAWL_RETRY_POLICY = dg.RetryPolicy(
 )
 
 
-def latest_crawl_blob(instance: dg.DagsterInstance, partition_key: str) -> tuple[str, str] | None:
-    """(blob key, run id) of the partition's newest crawl, read from the event log."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=CRAWL_RESULTS, asset_partitions=[partition_key]), limit=1
-    ).records
-    if not records:
-        return None
-    materialization = records[0].asset_materialization
-    blob_key = materialization.metadata.get("blob_key") if materialization else None
-    return (blob_key.value, records[0].run_id) if blob_key else None
-
-
-def stored_crawl(instance: dg.DagsterInstance, partition_key: str) -> tuple[str, str]:
-    """(blob key, run id) of the partition's newest crawl, for assets built from stored crawls."""
-    latest = latest_crawl_blob(instance, partition_key)
-    if latest is None:
-        raise refused(f"pipeline {partition_key} has no stored crawl yet; materialize crawl_results first")
-    return latest
-
-
-def partition_pipeline(app_db: AppDatabaseResource, partition_key: str) -> Pipeline:
-    with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, int(partition_key))
-    if pipeline is None:
-        raise refused(f"pipeline {partition_key} does not exist")
-    return pipeline
-
-
 def _run_ended(instance: dg.DagsterInstance, run_id: str) -> bool:
     """Whether `run_id` names a run that has ended, so a lock it still owns was left by its dead process."""
     run = instance.get_run_by_id(run_id)
     return run is not None and run.is_finished
-
-
-def refused(reason: str) -> dg.Failure:
-    return dg.Failure(description=reason, allow_retries=False)
 
 
 def _failed_urls_table(report: CrawlReport) -> str:
@@ -139,6 +107,14 @@ def crawl_partition(
     return metadata
 
 
+def _tag_the_run(context: dg.AssetExecutionContext, app_db: AppDatabaseResource) -> None:
+    """Give a run launched from the Dagster UI the run contract's tags, which history and triggers read."""
+    pipeline = partition_pipeline(app_db, context.partition_key)
+    missing = missing_run_tags(context.run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id)
+    if missing:
+        context.instance.add_run_tags(context.run.run_id, missing)
+
+
 @dg.asset(
     partitions_def=pipelines_partitions,
     retry_policy=CRAWL_RETRY_POLICY,
@@ -152,18 +128,28 @@ def crawl_results(
     billing: BillingResource,
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
-) -> dg.MaterializeResult:
-    return dg.MaterializeResult(
-        metadata=crawl_partition(
-            context.instance,
-            context.run,
-            context.partition_key,
-            app_db=app_db,
-            locks=locks,
-            billing=billing,
-            blob_store=blob_store,
-            crawler=crawler,
-            trigger_tags=context.run.tags,
-            log=context.log,
-        )
+) -> Iterator[dg.MaterializeResult | Event]:
+    _tag_the_run(context, app_db)
+    crawl = crawl_partition(
+        context.instance,
+        context.run,
+        context.partition_key,
+        app_db=app_db,
+        locks=locks,
+        billing=billing,
+        blob_store=blob_store,
+        crawler=crawler,
+        trigger_tags=context.run.tags,
+        log=context.log,
     )
+    yield dg.MaterializeResult(metadata=crawl)
+    # What the run does not execute as steps of its own follows here, from the blob just stored.
+    steps = PartitionSteps(context.instance, context.partition_key, app_db=app_db, blob_store=blob_store,
+                           log=context.log)
+    yield from steps.after_crawl(crawl, executed=run_steps(context))
+    if steps.errors:
+        raise dg.Failure(
+            description=f"the crawl is stored, but {'; '.join(steps.errors)}; materialize the failed asset "
+            "for this partition to build it from the stored crawl, without crawling again",
+            allow_retries=False,
+        )

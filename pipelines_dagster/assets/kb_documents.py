@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.crawl_results import crawl_results, partition_pipeline, stored_crawl
+from pipelines_dagster.assets.partition import CRAWL_RESULTS, partition_pipeline, stored_crawl
 from pipelines_dagster.core.kb_index import Destination, index_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -51,7 +51,7 @@ def index_partition(
 
 @dg.asset(
     partitions_def=pipelines_partitions,
-    deps=[crawl_results],
+    deps=[CRAWL_RESULTS],
     # Not materialized for a pipeline that does not save to the KB.
     output_required=False,
     kinds={"python"},

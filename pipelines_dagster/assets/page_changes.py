@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.crawl_results import crawl_results, partition_pipeline, stored_crawl
+from pipelines_dagster.assets.partition import CRAWL_RESULTS, partition_pipeline, stored_crawl
 from pipelines_dagster.core.page_changes import ChangeCounts, record_changes
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -51,7 +51,7 @@ def changes_partition(
     }
 
 
-@dg.asset(partitions_def=pipelines_partitions, deps=[crawl_results], kinds={"python"}, description=__doc__)
+@dg.asset(partitions_def=pipelines_partitions, deps=[CRAWL_RESULTS], kinds={"python"}, description=__doc__)
 def page_changes(
     context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
 ) -> dg.MaterializeResult:

@@ -3,8 +3,9 @@
 import dagster as dg
 
 from pipelines_dagster.batch import pipeline_batch
-from pipelines_dagster.jobs import batch_pipeline_ids, pipeline_run, run_tags
+from pipelines_dagster.jobs import batch_pipeline_ids, pipeline_run
 from pipelines_dagster.partitions import partition_key, pipelines_partitions
+from pipelines_dagster.runs import run_tags
 
 # Queued or running: a pipeline in one of these gets no second run from a trigger.
 BUSY_STATUSES = [
@@ -17,7 +18,7 @@ BUSY_STATUSES = [
 
 
 def run_pipeline_id(run: dg.DagsterRun) -> int | None:
-    """The pipeline a run is for: its pipeline_id tag, or the partition of a UI launch."""
+    """The pipeline a run is for: its pipeline_id tag, or the partition of a UI launch or backfill."""
     value = run.tags.get("pipeline_id") or run.tags.get("dagster/partition")
     return int(value) if value and value.isdigit() else None
 
@@ -31,10 +32,10 @@ def run_pipeline_ids(run: dg.DagsterRun) -> list[int]:
 
 
 def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
+    """Pipelines with a queued or running run of any job: ours, and the asset job and backfills the UI launches."""
     busy: set[int] = set()
-    for job_name in (pipeline_run.name, pipeline_batch.name):
-        for run in instance.get_runs(dg.RunsFilter(job_name=job_name, statuses=BUSY_STATUSES)):
-            busy.update(run_pipeline_ids(run))
+    for run in instance.get_runs(dg.RunsFilter(statuses=BUSY_STATUSES)):
+        busy.update(run_pipeline_ids(run))
     return busy
 
 

@@ -5,8 +5,6 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
-from pipelines_dagster.batch import pipeline_batch
-from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.sensors.common import run_pipeline_ids
@@ -29,10 +27,11 @@ def _lock_release_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
     @dg.run_status_sensor(
         name=f"release_locks_of_{status.value.lower()}_runs",
         run_status=status,
-        monitored_jobs=[pipeline_run, pipeline_batch],
+        # No monitored_jobs: every job of this code location, so also the asset job that the
+        # asset pages, the asset graph and backfills launch; runs for no pipeline release nothing.
         minimum_interval_seconds=10,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Frees the locks of pipeline runs that ended {status.value.lower()}.",
+        description=f"Frees the locks of pipeline runs (of any job) that ended {status.value.lower()}.",
     )
     def release_locks(context: dg.RunStatusSensorContext, locks: LocksResource, app_db: AppDatabaseResource) -> None:
         released = release_run_locks(context.dagster_run, locks=locks, app_db=app_db)

@@ -18,12 +18,12 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.blob import BlobStore
-from pipelines_dagster.jobs import run_tags
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
+from pipelines_dagster.runs import run_tags
 from tests.support.web import WebServer, page
 
 
@@ -120,9 +120,11 @@ class Stack:
 
 
 def materialization(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
-    events = result.asset_materializations_for_node(asset)
+    """The metadata of the asset's one materialization in the run, whichever step logged it."""
+    events = [event for event in result.get_asset_materialization_events()
+              if event.asset_key == dg.AssetKey(asset)]
     assert len(events) == 1, f"{asset} materialized {len(events)} times"
-    return {key: value.value for key, value in events[0].metadata.items()}
+    return {key: value.value for key, value in events[0].materialization.metadata.items()}
 
 
 def fail_once_after_the_charge(monkeypatch: pytest.MonkeyPatch) -> list[bool]:

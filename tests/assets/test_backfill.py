@@ -10,7 +10,7 @@ from pipelines_dagster.app_db.models import CreditLedgerEntry, Document
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.jobs import run_tags
+from pipelines_dagster.runs import run_tags
 from tests.assets.conftest import Stack, materialization
 
 

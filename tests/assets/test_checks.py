@@ -15,8 +15,8 @@ from pipelines_dagster.assets.checks import (
 )
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.jobs import run_tags
 from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.runs import run_tags
 from tests.assets.conftest import Stack, materialization
 
 

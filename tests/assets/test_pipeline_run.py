@@ -251,6 +251,11 @@ def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tm
     with dg.execute_job(job, embedded.instance, tags=tags, reexecution_options=options) as again:
         assert again.success
         assert again.dagster_run.root_run_id == first.run_id
+        # The re-executed crawl step indexes and records changes itself: the run plans no other step.
+        logged = {(event.asset_key.to_user_string(), event.step_key)
+                  for event in again.get_asset_materialization_events()}
+        assert logged == {("crawl_results", "crawl_results"), ("kb_documents", "crawl_results"),
+                          ("page_changes", "crawl_results")}
     # Both runs really crawled; only the first charged.
     assert embedded.web.hits("/p0") == embedded.web.hits("/p1") == 2
     assert Billing(embedded.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 8000

@@ -8,17 +8,20 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
+from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.batch import OP_NAME
-from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
+from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, member_workspace_tag
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
+from pipelines_dagster.runs import run_tags
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
+from pipelines_dagster.sensors.common import busy_pipelines
 from pipelines_dagster.sensors.run_status import lock_release_sensors, release_run_locks
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from tests.support.webhooks import Webhook, create_webhook, deliver
@@ -128,6 +131,52 @@ def test_a_pipeline_in_a_running_batch_run_gets_no_second_scheduled_run(instance
                                    tags=batch_tags([(pipeline_id, workspace_id)], trigger="scheduled")))
     result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=20), instance, app_db)
     assert not [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
+
+
+# What the Dagster UI launches: the asset job, with only the partition tag (and the backfill's, for a backfill).
+ASSET_JOB = "__ASSET_JOB"
+ORIGIN = RemoteJobOrigin(
+    repository_origin=RemoteRepositoryOrigin(code_location_origin=RegisteredCodeLocationOrigin("pipelines_dagster"),
+                                             repository_name="__repository__"),
+    job_name=ASSET_JOB,
+)
+
+
+def ui_launch(instance: dg.DagsterInstance, pipeline_id: int, status: dg.DagsterRunStatus, *,
+              origin: RemoteJobOrigin | None = None, **tags: str) -> dg.DagsterRun:
+    return instance.add_run(dg.DagsterRun(job_name=ASSET_JOB, run_id=str(uuid.uuid4()), status=status,
+                                          asset_selection=frozenset({dg.AssetKey("crawl_results")}),
+                                          tags={"dagster/partition": str(pipeline_id), **tags},
+                                          remote_job_origin=origin))
+
+
+@pytest.mark.parametrize("tags", [{}, {"dagster/backfill": "abcdefgh"}], ids=["asset page", "backfill"])
+@pytest.mark.parametrize("status", [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTED])
+def test_a_pipeline_with_a_queued_or_running_ui_launch_gets_no_scheduled_run(instance, app_db, status, tags):
+    _, pipeline_id, _ = make_pipeline(app_db)
+    ui_launch(instance, pipeline_id, status, origin=ORIGIN, **tags)
+    instance.add_run(dg.DagsterRun(job_name="maintenance", run_id=str(uuid.uuid4()), status=status,
+                                   remote_job_origin=ORIGIN._replace(job_name="maintenance")))
+    assert pipeline_id in busy_pipelines(instance)
+    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
+
+
+def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance, app_db, app_engine):
+    [sensor] = [sensor for sensor in lock_release_sensors if sensor.name == "release_locks_of_failure_runs"]
+    resources = {"locks": DatabaseLocksResource(database_url=app_db.url), "app_db": app_db}
+
+    def tick(cursor: str | None) -> str | None:
+        with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
+            return sensor.evaluate_tick(context).cursor
+
+    cursor = tick(None)  # a run-status sensor's first tick only sets its cursor
+    _, pipeline_id, _ = make_pipeline(app_db, due=False)
+    run = ui_launch(instance, pipeline_id, dg.DagsterRunStatus.STARTED)
+    locks = DatabaseLocks(app_engine)
+    locks.acquire(pipeline_lock_name(pipeline_id), run.run_id, ttl_seconds=600)
+    instance.report_run_failed(run)
+    tick(cursor)
+    assert not locks.is_locked(pipeline_lock_name(pipeline_id))
 
 
 def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_after_a_second_look(instance, app_db):

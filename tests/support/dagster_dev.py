@@ -1,0 +1,155 @@
+"""`dagster dev` on a temporary embedded default (deploy/dagster.yaml), as a user runs it, for end-to-end tests.
+
+The test process opens the same Dagster instance and app database, so it can seed pipelines,
+launch runs through the webserver's GraphQL API and read what the runs did.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import dagster as dg
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipelines_dagster.app_db.engine import create_engine, session_factory
+from pipelines_dagster.app_db.migrate import upgrade
+from tests.api.conftest import _location_loaded, free_port
+from tests.support.processes import stop_group
+from tests.support.web import WebServer
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+LOCK_RELEASE_SENSORS = ("release_locks_of_failure_runs", "release_locks_of_canceled_runs")
+START_TIMEOUT_SECONDS = 180
+WILL_RETRY_TAG = "dagster/will_retry"
+RUN_PROCESS_EVENT = re.compile(r"(?:Started process for run|Executing steps in process) \(pid: (\d+)\)")
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], T | None], *, timeout: float, every: float = 0.2) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}", pytrace=False)
+
+
+@dataclass
+class Dev:
+    """`dagster dev` on a temporary embedded default, and this process's view of the same stores."""
+
+    process: subprocess.Popen
+    home: Path
+    ui_url: str
+    instance: dg.DagsterInstance
+    engine: sa.Engine
+    site: WebServer
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        return session_factory(self.engine)
+
+    def log_tail(self) -> str:
+        return (self.home / "dagster-dev.log").read_text(errors="replace")[-3000:]
+
+    def ended(self, run_id: str) -> dg.DagsterRun | None:
+        run = self.instance.get_run_by_id(run_id)
+        return run if run is not None and run.is_finished else None
+
+    def failed(self, run_id: str, *, timeout: float) -> dg.DagsterRun:
+        """The run, once it failed and the instance has tagged whether it will retry it (just after the failure)."""
+
+        def decided() -> dg.DagsterRun | None:
+            run = self.ended(run_id)
+            return run if run is not None and WILL_RETRY_TAG in run.tags else None
+
+        run = wait_for(f"run {run_id} to fail", decided, timeout=timeout)
+        assert run.status == dg.DagsterRunStatus.FAILURE, self.log_tail()
+        return run
+
+    def run_pid(self, run_id: str) -> int | None:
+        """The process executing the run, from its engine events; in-process steps run in the run process."""
+        pids = {
+            int(match.group(1))
+            for entry in self.instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+            if (match := RUN_PROCESS_EVENT.search(entry.message))
+        }
+        assert len(pids) <= 1, f"the run's steps ran outside its run process: {pids}"
+        return pids.pop() if pids else None
+
+    def graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        """The data of a GraphQL request to the webserver, as the UI sends it."""
+        answer = httpx.post(f"{self.ui_url}/graphql", json={"query": query, "variables": variables}, timeout=60)
+        answer.raise_for_status()
+        body = answer.json()
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+
+def _sensors_ticked(instance: dg.DagsterInstance) -> bool:
+    states = {state.name: state for state in instance.all_instigator_state()}
+    return all(
+        name in states and instance.get_ticks(states[name].instigator_origin_id, states[name].selector_id, limit=1)
+        for name in LOCK_RELEASE_SENSORS
+    )
+
+
+@contextmanager
+def dagster_dev(directory: Path) -> Iterator[Dev]:
+    """`dagster dev` over workspace.yaml with deploy/dagster.yaml, billing on, crawling a loopback site."""
+    home, data = directory / "dagster-home", directory / "data"
+    home.mkdir()
+    data.mkdir()
+    shutil.copy(REPO_DIR / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    port = free_port()
+    ui_url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINES_", "DAGSTER_"))}
+    env |= {
+        "DAGSTER_HOME": str(home),
+        "PIPELINES_DATA_DIR": str(data),
+        "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
+        "PIPELINES_BILLING_ENABLED": "true",
+        "PIPELINES_DAGSTER_URL": ui_url,
+    }
+    engine = create_engine(f"sqlite:///{(data / 'app.sqlite3').resolve()}")
+    upgrade(engine)
+    with pytest.MonkeyPatch.context() as patch, WebServer() as site:
+        # This process seeds and launches on the same instance; deploy/dagster.yaml reads DAGSTER_HOME.
+        patch.setenv("DAGSTER_HOME", str(home))
+        patch.setenv("PIPELINES_DAGSTER_URL", ui_url)
+        instance = dg.DagsterInstance.from_config(str(home))
+        process = subprocess.Popen(
+            [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO_DIR, env=env, stdout=(home / "dagster-dev.log").open("wb"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deployment = Dev(process=process, home=home, ui_url=ui_url, instance=instance, engine=engine, site=site)
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_SECONDS
+            # Up means the webserver has loaded the code location and both lock-release sensors have
+            # ticked once: a run-status sensor's first tick only sets its cursor, so it would skip an
+            # earlier failure.
+            while not (_location_loaded(ui_url) and _sensors_ticked(instance)):
+                if time.monotonic() > deadline or process.poll() is not None:
+                    pytest.fail(f"dagster dev did not come up:\n{deployment.log_tail()}", pytrace=False)
+                time.sleep(0.5)
+            yield deployment
+        finally:
+            stop_group(process)
+            instance.dispose()
+            engine.dispose()

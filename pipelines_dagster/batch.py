@@ -19,7 +19,7 @@ import dagster as dg
 import pydantic
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message
-from pipelines_dagster.assets.crawl_results import CRAWL_RETRY_POLICY, crawl_partition
+from pipelines_dagster.assets.crawl_results import crawl_partition, retry_plan
 from pipelines_dagster.assets.partition import CRAWL_RESULTS
 from pipelines_dagster.core.scheduler import Fire
 from pipelines_dagster.jobs import batch_tags
@@ -44,20 +44,23 @@ class PipelineBatchConfig(dg.Config):
     pipelines: list[BatchPipeline] = pydantic.Field(min_length=1, description="The pipelines to run, in order.")
 
 
-def _with_retries(call: Callable[[], T], *, log: dg.DagsterLogManager, what: str) -> T:
-    """`call()`, retried as `pipeline_run` retries its crawl step; a refusal is not retried."""
+def _with_retries(call: Callable[[int], T], *, log: dg.DagsterLogManager, what: str) -> T:
+    """`call(attempt)`, retried under the pipeline's retry policy as `pipeline_run` retries its crawl
+    step; a refusal is not retried, and the error of the last attempt is raised."""
     attempt = 0
     while True:
         attempt += 1
         try:
-            return call()
+            return call(attempt)
         except dg.Failure:
             raise
         except Exception as exc:
-            if attempt > CRAWL_RETRY_POLICY.max_retries:
-                raise
-            delay = CRAWL_RETRY_POLICY.calculate_delay(attempt)
-            log.warning(f"{what}: attempt {attempt} failed ({error_message(exc)}); retrying in {delay:.1f} s")
+            policy, cause = retry_plan(exc)
+            if attempt > policy.max_retries:
+                raise cause from None
+            delay = policy.delay(attempt)
+            log.warning(f"{what}: attempt {attempt} failed ({error_message(cause)}); retrying in {delay:g} s "
+                        f"({policy.backoff.value} backoff, retry {attempt} of {policy.max_retries})")
             time.sleep(delay)
 
 
@@ -67,8 +70,8 @@ def _run_member(
     """One pipeline of a batch run: its crawl and everything that follows it, as events to log."""
     try:
         crawl = _with_retries(
-            lambda: crawl_partition(context.instance, context.run, steps.key, **resources, trigger_tags={},
-                                    log=context.log),
+            lambda attempt: crawl_partition(context.instance, context.run, steps.key, **resources, trigger_tags={},
+                                            log=context.log, attempt=attempt),
             log=context.log,
             what=f"pipeline {pipeline.pipeline_id}: crawl_results",
         )

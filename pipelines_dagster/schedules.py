@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import pydantic
 
-from pipelines_dagster.assets.crawl_results import latest_crawl_blob
+from pipelines_dagster.assets.partition import latest_crawl_blob
 from pipelines_dagster.core.retention import apply_retention
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

@@ -46,7 +46,7 @@ def run_steps(context: dg.AssetExecutionContext) -> frozenset[str]:
     return steps_executed(context.job_def.graph.node_names(), context.run.step_keys_to_execute)
 
 
-def error_message(error: Exception) -> str:
+def error_message(error: BaseException) -> str:
     # A dg.Failure's description is the sentence written for the user.
     if isinstance(error, dg.Failure) and error.description:
         return error.description

@@ -6,8 +6,9 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, run_steps
+from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
 from pipelines_dagster.assets.partition import latest_crawl_blob, partition_pipeline, refused
+from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
 from pipelines_dagster.partitions import pipelines_partitions
@@ -18,11 +19,26 @@ from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.runs import missing_run_tags
 
-# Safe to retry: the charge is keyed by the root run, documents are upserts, and the
-# blob is replaced whole. Guard failures are marked not retryable.
-CRAWL_RETRY_POLICY = dg.RetryPolicy(
-    max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
-)
+
+
+class CrawlAttemptFailed(Exception):
+    """A crawl attempt that failed by accident, not by a guard's refusal: retried under the pipeline's policy.
+
+    Retrying is safe: the charge is keyed by the root run, documents are upserts, and the blob is
+    replaced whole. The error that failed the attempt is the cause.
+    """
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        super().__init__(f"the crawl attempt failed ({policy.describe()})")
+        self.policy = policy
+
+
+def retry_plan(error: Exception) -> tuple[RetryPolicy, BaseException]:
+    """The policy a failed attempt is retried under (the default when the pipeline could not be
+    read) and the error to report."""
+    if isinstance(error, CrawlAttemptFailed):
+        return error.policy, error.__cause__ or error
+    return RetryPolicy(), error
 
 
 def _run_ended(instance: dg.DagsterInstance, run_id: str) -> bool:
@@ -48,22 +64,24 @@ def crawl_partition(
     crawler: CrawlerResource,
     trigger_tags: Mapping[str, str],
     log: dg.DagsterLogManager,
+    attempt: int = 1,
 ) -> dict[str, Any]:
     """Crawl one pipeline's partition within `run`; the metadata of its materialization.
 
-    Raises a Failure that is not retried when a guard refuses the crawl. `trigger_tags` say what
-    fired it (a webhook delivery or an event id), so its payload is shown with the crawl.
+    Raises a Failure that is not retried when a guard refuses the crawl, and CrawlAttemptFailed,
+    with the pipeline's retry policy, when anything else stops it. `trigger_tags` say what fired
+    it (a webhook delivery or an event id), so its payload is shown with the crawl.
     """
     started_at = time.time()
-    pipeline_id = int(partition_key)
     try:
-        plan = load_plan(app_db.engine, pipeline_id)
+        plan = load_plan(app_db.engine, int(partition_key))
     except RunRefused as exc:
         raise refused(str(exc)) from None
-    previous = latest_crawl_blob(instance, partition_key)
-    # Keyed by the root run, so a retried step or a re-executed run charges once.
-    charge_key = f"crawl:{run.root_run_id or run.run_id}:{partition_key}"
+    # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
+        previous = latest_crawl_blob(instance, partition_key)
+        # Keyed by the root run, so a retried step or a re-executed run charges once.
+        charge_key = f"crawl:{run.root_run_id or run.run_id}:{partition_key}"
         report = execute_crawl(
             plan,
             run_id=run.run_id,
@@ -75,35 +93,39 @@ def crawl_partition(
             previous_blob_key=previous[0] if previous else None,
             run_ended=lambda owner: _run_ended(instance, owner),
         )
+        if report.lock_lost:
+            log.warning(f"pipeline {plan.pipeline_id}: a lock expired during the crawl; another run may have overlapped it")
+        metadata: dict[str, Any] = {
+            "pipeline_id": plan.pipeline_id,
+            "workspace_id": plan.workspace_id,
+            "urls_attempted": report.attempted,
+            "urls_succeeded": report.succeeded,
+            "urls_empty": report.empty,
+            "urls_failed": report.failed,
+            "urls_unchanged": report.unchanged,
+            "bytes": report.bytes_written,
+            "blob_key": report.blob_key,
+            "blob_url": dg.MetadataValue.url(report.blob_url),
+            "charged_micros": report.charged_micros,
+            "duration_seconds": round(report.duration_seconds, 3),
+            "failed_urls": dg.MetadataValue.md(_failed_urls_table(report)),
+            "previous_crawl_run_id": previous[1] if previous else "",
+        }
+        with app_db.sessions() as session:
+            payload = trigger_payload(session, trigger_tags)
+        if payload is not None:
+            metadata["trigger_payload"] = (
+                dg.MetadataValue.json(payload) if isinstance(payload, dict | list) else str(payload)[:4096]
+            )
+        if not plan.save_to_kb:
+            metadata["kb_documents"] = "skipped: this pipeline keeps the raw crawl only (save to KB is off)"
     except RunRefused as exc:
         raise refused(str(exc)) from None
-    if report.lock_lost:
-        log.warning(f"pipeline {pipeline_id}: a lock expired during the crawl; another run may have overlapped it")
-    metadata: dict[str, Any] = {
-        "pipeline_id": plan.pipeline_id,
-        "workspace_id": plan.workspace_id,
-        "urls_attempted": report.attempted,
-        "urls_succeeded": report.succeeded,
-        "urls_empty": report.empty,
-        "urls_failed": report.failed,
-        "urls_unchanged": report.unchanged,
-        "bytes": report.bytes_written,
-        "blob_key": report.blob_key,
-        "blob_url": dg.MetadataValue.url(report.blob_url),
-        "charged_micros": report.charged_micros,
-        "started_at": dg.MetadataValue.timestamp(started_at),
-        "duration_seconds": round(report.duration_seconds, 3),
-        "failed_urls": dg.MetadataValue.md(_failed_urls_table(report)),
-        "previous_crawl_run_id": previous[1] if previous else "",
-    }
-    with app_db.sessions() as session:
-        payload = trigger_payload(session, trigger_tags)
-    if payload is not None:
-        metadata["trigger_payload"] = (
-            dg.MetadataValue.json(payload) if isinstance(payload, dict | list) else str(payload)[:4096]
-        )
-    if not plan.save_to_kb:
-        metadata["kb_documents"] = "skipped: this pipeline keeps the raw crawl only (save to KB is off)"
+    except Exception as exc:
+        raise CrawlAttemptFailed(plan.retry) from exc
+    metadata["started_at"] = dg.MetadataValue.timestamp(started_at)
+    metadata["attempt"] = attempt
+    metadata["retry_policy"] = plan.retry.describe()
     return metadata
 
 
@@ -117,7 +139,7 @@ def _tag_the_run(context: dg.AssetExecutionContext, app_db: AppDatabaseResource)
 
 @dg.asset(
     partitions_def=pipelines_partitions,
-    retry_policy=CRAWL_RETRY_POLICY,
+    # Retries follow each pipeline's own policy (RetryRequested below), not one fixed for the asset.
     kinds={"python"},
     description=__doc__,
 )
@@ -129,19 +151,31 @@ def crawl_results(
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
 ) -> Iterator[dg.MaterializeResult | Event]:
-    _tag_the_run(context, app_db)
-    crawl = crawl_partition(
-        context.instance,
-        context.run,
-        context.partition_key,
-        app_db=app_db,
-        locks=locks,
-        billing=billing,
-        blob_store=blob_store,
-        crawler=crawler,
-        trigger_tags=context.run.tags,
-        log=context.log,
-    )
+    try:
+        _tag_the_run(context, app_db)
+        crawl = crawl_partition(
+            context.instance,
+            context.run,
+            context.partition_key,
+            app_db=app_db,
+            locks=locks,
+            billing=billing,
+            blob_store=blob_store,
+            crawler=crawler,
+            trigger_tags=context.run.tags,
+            log=context.log,
+            attempt=context.retry_number + 1,
+        )
+    except dg.Failure:
+        raise
+    except Exception as exc:
+        policy, cause = retry_plan(exc)
+        retry = context.retry_number + 1
+        wait = policy.delay(retry) if retry <= policy.max_retries else None
+        if wait is not None:
+            context.log.warning(f"crawl attempt {retry} failed ({error_message(cause)}); retry {retry} of {policy.max_retries} "
+                                f"in {wait:g} s ({policy.backoff.value} backoff)")
+        raise dg.RetryRequested(max_retries=policy.max_retries, seconds_to_wait=wait) from cause
     yield dg.MaterializeResult(metadata=crawl)
     # What the run does not execute as steps of its own follows here, from the blob just stored.
     steps = PartitionSteps(context.instance, context.partition_key, app_db=app_db, blob_store=blob_store,

@@ -28,6 +28,7 @@ from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
+from pipelines_dagster.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
@@ -50,6 +51,7 @@ class RunPlan:
     save_to_kb: bool
     folder_id: int | None
     urls: tuple[str, ...]
+    retry: RetryPolicy = RetryPolicy()
 
 
 def plan_run(session: Session, pipeline_id: int) -> RunPlan:
@@ -79,6 +81,7 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         save_to_kb=pipeline.save_to_kb,
         folder_id=pipeline.destination_folder_id,
         urls=tuple(dict.fromkeys(urls)),
+        retry=RetryPolicy.of(pipeline),
     )
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import session_factory, transaction
-from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, TokenUsage
+from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
@@ -141,6 +141,14 @@ def fail_once_after_the_charge(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(module, "_failed_urls_table", flaky)
     return calls
+
+
+def set_pipeline(stack: Stack, pipeline_id: int, **values) -> None:
+    """Set columns of a pipeline row directly, as a later edit or a deploy would leave it."""
+    with transaction(stack.sessions) as session:
+        pipeline = session.get(Pipeline, pipeline_id)
+        for name, value in values.items():
+            setattr(pipeline, name, value)
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:

@@ -9,7 +9,7 @@ from pipelines_dagster.batch import OP_NAME, BatchPipeline, PipelineBatchConfig,
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import pipeline_lock_name
 from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, member_workspace_tag
-from tests.assets.conftest import Stack, fail_once_after_the_charge
+from tests.assets.conftest import Stack, fail_once_after_the_charge, set_pipeline
 
 
 def run_batch(stack: Stack, members: list[tuple[int, int]]) -> dg.ExecuteInProcessResult:
@@ -152,17 +152,34 @@ def test_a_failed_kb_step_keeps_the_crawl_and_still_records_page_changes(embedde
 
 
 def test_a_crawl_that_fails_by_accident_is_retried_and_charged_once(embedded: Stack, monkeypatch):
-    import pipelines_dagster.batch as batch
-
-    monkeypatch.setattr(batch.CRAWL_RETRY_POLICY, "calculate_delay", lambda attempt: 0.0)
     embedded.billing_enabled = True
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(2), credit=10_000)
+    set_pipeline(embedded, pipeline_id, retry_delay_seconds=0.01)
     calls = fail_once_after_the_charge(monkeypatch)
     result = run_batch(embedded, [(workspace_id, pipeline_id)])
     assert result.success
     assert calls == [True, False]
     assert materialized(partition_events(result, pipeline_id))["crawl_results"]["charged_micros"] == 2000
     assert embedded.charges(workspace_id) == (1, 1)
+
+
+def test_a_batch_member_retries_under_its_own_policy(embedded: Stack, monkeypatch):
+    import pipelines_dagster.assets.crawl_results as module
+
+    attempts: list[int] = []
+
+    def broken(report):
+        attempts.append(1)
+        raise ConnectionError("blob store unreachable")
+
+    monkeypatch.setattr(module, "_failed_urls_table", broken)
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    set_pipeline(embedded, pipeline_id, retry_backoff="linear", retry_max=2, retry_delay_seconds=0.01)
+    result = run_batch(embedded, [(workspace_id, pipeline_id)])
+    assert not result.success and len(attempts) == 3
+    [observation] = partition_events(result, pipeline_id)["ASSET_OBSERVATION"]
+    metadata = observation.asset_observation_data.asset_observation.metadata
+    assert metadata["error"].value == "ConnectionError: blob store unreachable"
 
 
 def test_batch_tags_name_every_member_and_show_a_summary():

@@ -6,6 +6,7 @@ import threading
 import time
 
 import dagster as dg
+import pytest
 import sqlalchemy as sa
 from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 
@@ -14,7 +15,7 @@ from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
 from pipelines_dagster.assets.kb_documents import kb_documents
-from tests.assets.conftest import Stack, fail_once_after_the_charge, failure_message, materialization
+from tests.assets.conftest import Stack, fail_once_after_the_charge, failure_message, materialization, set_pipeline
 from tests.support.web import page
 
 
@@ -92,13 +93,6 @@ def test_a_retried_step_charges_once(embedded: Stack, monkeypatch):
     assert materialization(result, "crawl_results")["charged_micros"] == 3000
     assert Billing(embedded.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 7000
     assert embedded.charges(workspace_id) == (1, 1)
-
-
-def set_pipeline(stack: Stack, pipeline_id: int, **values) -> None:
-    with transaction(stack.sessions) as session:
-        pipeline = session.get(Pipeline, pipeline_id)
-        for name, value in values.items():
-            setattr(pipeline, name, value)
 
 
 def assert_refused(stack: Stack, workspace_id: int, pipeline_id: int, message: str, *,
@@ -298,3 +292,49 @@ def test_faulty_pages_fail_alone_and_the_run_succeeds(embedded: Stack):
     assert "Menu du jour" in records["latin"]["content"]
     assert (crawl["urls_succeeded"], crawl["urls_failed"]) == (3, 4)
     assert materialization(result, "kb_documents")["documents_created"] == 3
+
+
+def always_failing_crawl(monkeypatch) -> list[int]:
+    """Make every crawl attempt fail after its fetches; the list counts the attempts."""
+    import pipelines_dagster.assets.crawl_results as module
+
+    attempts: list[int] = []
+
+    def broken(report):
+        attempts.append(1)
+        raise ConnectionError("blob store unreachable")
+
+    monkeypatch.setattr(module, "_failed_urls_table", broken)
+    return attempts
+
+
+def retry_waits(result: dg.ExecuteInProcessResult) -> list[float]:
+    return [event.event_specific_data.seconds_to_wait for event in result.all_events
+            if event.event_type_value == "STEP_UP_FOR_RETRY"]
+
+
+@pytest.mark.parametrize(
+    ("backoff", "max_retries", "waits"),
+    [("linear", 3, [0.05, 0.1, 0.15]), ("exponential", 3, [0.05, 0.1, 0.2]), ("linear", 0, [])],
+)
+def test_the_crawl_step_retries_under_the_pipelines_own_policy(embedded: Stack, monkeypatch, backoff, max_retries, waits):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    set_pipeline(embedded, pipeline_id, retry_backoff=backoff, retry_max=max_retries, retry_delay_seconds=0.05)
+    attempts = always_failing_crawl(monkeypatch)
+    result = embedded.run(pipeline_id, workspace_id)
+    assert not result.success
+    assert retry_waits(result) == pytest.approx(waits) and len(attempts) == max_retries + 1
+    # The last failure names the error that stopped the crawl, not only that retries ran out.
+    failure = next(event for event in result.all_events if event.is_step_failure).step_failure_data.error
+    assert "blob store unreachable" in (failure.cause.message if failure.cause else failure.message)
+
+
+def test_the_retry_policy_and_attempt_are_shown_with_the_crawl(embedded: Stack, monkeypatch):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    set_pipeline(embedded, pipeline_id, retry_backoff="linear", retry_max=2, retry_delay_seconds=0.05)
+    fail_once_after_the_charge(monkeypatch)
+    result = embedded.run(pipeline_id, workspace_id)
+    assert result.success and retry_waits(result) == [0.05]
+    crawl = materialization(result, "crawl_results")
+    assert crawl["attempt"] == 2
+    assert crawl["retry_policy"] == "linear backoff, up to 2 retries, waiting 0.05, 0.1 s"

@@ -39,19 +39,23 @@ def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
     return busy
 
 
+def known_partitions(context: dg.SensorEvaluationContext) -> set[str]:
+    return set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
+
+
 def trigger_result(
-    context: dg.SensorEvaluationContext, requests: list[dg.RunRequest], *, cursor: str | None = None
+    context: dg.SensorEvaluationContext, requests: list[dg.RunRequest], *, known: set[str] | None = None
 ) -> dg.SensorResult:
     """The runs a trigger sensor requests, with an add request for any of their partitions the
-    instance does not have yet (a pipeline created a moment ago, before the partition sync)."""
-    existing = set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
+    instance does not have yet (a pipeline created a moment ago, before the partition sync).
+    `known`: the partitions read before the rows were taken, so nothing after the take can fail."""
+    existing = known_partitions(context) if known is None else known
     wanted = {request.partition_key for request in requests if request.partition_key}
     wanted.update(partition_key(pipeline_id) for request in requests for pipeline_id in batch_pipeline_ids(request.tags))
     missing = sorted(wanted - existing)
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[pipelines_partitions.build_add_request(missing)] if missing else [],
-        cursor=cursor,
     )
 
 

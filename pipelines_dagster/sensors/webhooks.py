@@ -5,7 +5,7 @@ import dagster as dg
 from pipelines_dagster.core.trigger_queue import take_deliveries
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.sensors.common import pipeline_run_request, trigger_result
+from pipelines_dagster.sensors.common import known_partitions, pipeline_run_request, trigger_result
 
 
 @dg.sensor(
@@ -16,13 +16,14 @@ from pipelines_dagster.sensors.common import pipeline_run_request, trigger_resul
     description="Starts a run for every accepted webhook delivery (POST /webhooks/{token}).",
 )
 def pipeline_webhooks(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
-    # The take commits its marks before this returns and Dagster stores the run requests, so
-    # only building the result follows it: a tick that fails after the take leaves its deliveries
-    # taken without runs (the one window left, see core/trigger_queue.py).
+    # The take commits its marks before Dagster stores the run requests, so the instance is read
+    # first and only building the result, in memory, follows the commit (the one window left, a
+    # tick that dies in between, is in core/trigger_queue.py).
+    known = known_partitions(context)
     taken = take_deliveries(app_db.sessions)
     if taken.skipped:
         context.log.info(f"skipped {taken.skipped} of {taken.rows} deliveries: their trigger or pipeline is disabled")
-    return trigger_result(context, [
+    return trigger_result(context, known=known, requests=[
         pipeline_run_request(
             run_key=fire.run_key,
             pipeline_id=fire.pipeline_id,

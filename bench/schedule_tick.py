@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import create_engine
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, Workspace
+from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, Workspace
 from pipelines_dagster.jobs import batch_pipeline_ids
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
@@ -34,15 +34,22 @@ ZONES = ["UTC", "Europe/Stockholm", "America/New_York", "Asia/Tokyo"]
 def fill(engine: sa.Engine, total: int, now: datetime) -> None:
     """`total` pipelines with one schedule trigger each; DUE of them due now, the rest later."""
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE workspaces, pipelines, pipeline_triggers RESTART IDENTITY CASCADE"))
+        conn.execute(sa.text("TRUNCATE workspaces, connectors, pipelines, pipeline_triggers RESTART IDENTITY CASCADE"))
         workspace_id = conn.execute(
             sa.insert(Workspace).values(name="bench", owner_user_id="u", created_at=now).returning(Workspace.id)
+        ).scalar_one()
+        # Schedules fire only pipelines over a connector.
+        connector_id = conn.execute(
+            sa.insert(Connector).values(workspace_id=workspace_id, name="web", connector_type="webcrawler",
+                                        config={"INITIAL_URLS": ["https://example.com/"]}, created_at=now)
+            .returning(Connector.id)
         ).scalar_one()
         for start in range(0, total, 10_000):
             count = min(10_000, total - start)
             ids = conn.execute(
                 sa.insert(Pipeline).returning(Pipeline.id, sort_by_parameter_order=True),
-                [{"workspace_id": workspace_id, "name": f"p{start + n}", "save_to_kb": True, "config": {},
+                [{"workspace_id": workspace_id, "connector_id": connector_id, "name": f"p{start + n}", "save_to_kb": True,
+                  "config": {},
                   "enabled": True, "system_managed": False, "created_at": now, "updated_at": now}
                  for n in range(count)],
             ).scalars().all()

@@ -34,7 +34,7 @@ from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.launch import PARTITION_TAG
+from pipelines_dagster.runs import PARTITION_TAG
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.runs import run_tags
 

@@ -276,7 +276,7 @@ def measure_batched(deployment: Deployment, workspace_id: int, pipeline_ids: lis
     from pipelines_dagster.app_db.engine import transaction
     from pipelines_dagster.app_db.models import PipelineTrigger
     from pipelines_dagster.batch import pipeline_batch
-    from pipelines_dagster.jobs import MEMBER, batch_pipeline_ids, member_workspace_tag
+    from pipelines_dagster.runs import MEMBER, batch_pipeline_ids, member_workspace_tag
 
     count = len(pipeline_ids)
 

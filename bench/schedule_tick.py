@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import create_engine
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, Workspace
-from pipelines_dagster.jobs import batch_pipeline_ids
+from pipelines_dagster.runs import batch_pipeline_ids
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.settings import Settings

@@ -10,7 +10,6 @@ history. A pipeline that fails is logged as failed (an observation of the asset 
 with the error) and the batch goes on; the run fails at the end, naming the pipelines that failed.
 """
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -22,7 +21,7 @@ from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_me
 from pipelines_dagster.assets.crawl_results import crawl_partition, retry_plan
 from pipelines_dagster.assets.partition import CRAWL_RESULTS
 from pipelines_dagster.core.scheduler import Fire
-from pipelines_dagster.jobs import batch_tags
+from pipelines_dagster.runs import TRIGGER_TAG, Trigger, batch_run_key, batch_tags
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
@@ -120,7 +119,7 @@ def run_pipelines(
 
 @dg.job(
     name="pipeline_batch",
-    tags={"trigger": "scheduled"},
+    tags={TRIGGER_TAG: Trigger.SCHEDULED.value},
     description="Run many pipelines' scheduled fires in one run; each pipeline's partitions are materialized as by pipeline_run.",
 )
 def pipeline_batch() -> None:
@@ -129,7 +128,6 @@ def pipeline_batch() -> None:
 
 def batch_run_request(fires: Sequence[Fire]) -> dg.RunRequest:
     """One `pipeline_batch` run for these fires; the same fires always make the same run key."""
-    digest = hashlib.sha256("\n".join(sorted(fire.run_key for fire in fires)).encode()).hexdigest()[:24]
     config = PipelineBatchConfig(
         pipelines=[
             BatchPipeline(
@@ -139,10 +137,10 @@ def batch_run_request(fires: Sequence[Fire]) -> dg.RunRequest:
         ]
     )
     return dg.RunRequest(
-        run_key=f"schedule-batch:{digest}",
+        run_key=batch_run_key(fire.run_key for fire in fires),
         job_name=pipeline_batch.name,
         run_config=dg.RunConfig(ops={OP_NAME: config}),
-        tags=batch_tags(((fire.pipeline_id, fire.workspace_id) for fire in fires), trigger="scheduled"),
+        tags=batch_tags(((fire.pipeline_id, fire.workspace_id) for fire in fires), trigger=Trigger.SCHEDULED),
     )
 
 

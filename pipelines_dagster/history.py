@@ -22,8 +22,16 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.batch import OP_NAME, pipeline_batch
-from pipelines_dagster.jobs import MEMBER, member_pipeline_tag, member_workspace_tag
-from pipelines_dagster.launch import PARTITION_TAG
+from pipelines_dagster.runs import (
+    MEMBER,
+    PARTITION_TAG,
+    PIPELINE_TAG,
+    TRIGGER_TAG,
+    WORKSPACE_TAG,
+    member_pipeline_tag,
+    member_workspace_tag,
+    pipeline_id_of,
+)
 from pipelines_dagster.partitions import partition_key
 
 if TYPE_CHECKING:
@@ -62,9 +70,6 @@ STEP_STATUS = {"SUCCESS": "succeeded", "FAILURE": "failed", "SKIPPED": "skipped"
 STEP_ASSETS = (crawl_results.key, kb_documents.key, page_changes.key)
 
 MAX_LIMIT = 100
-WORKSPACE_TAG = "workspace_id"
-PIPELINE_TAG = "pipeline_id"
-TRIGGER_TAG = "trigger"
 # Materializations are stamped by step workers, whose clocks may be off from the run worker's
 # that stamps a run's start and end.
 CLOCK_MARGIN_SECONDS = 60.0
@@ -512,8 +517,10 @@ def _metadata(record: dg.EventLogRecord | None) -> Mapping[str, dg.MetadataValue
 
 
 def _pipeline_id(run: dg.DagsterRun) -> int:
-    # A UI launch carries no pipeline_id tag; its partition is the pipeline.
-    return int(run.tags.get(PIPELINE_TAG) or run.tags[PARTITION_TAG])
+    pipeline_id = pipeline_id_of(run.tags)
+    if pipeline_id is None:
+        raise ValueError(f"run {run.run_id} is for no pipeline")
+    return pipeline_id
 
 
 def _run_failure_message(event: dg.EventLogRecord) -> str:

@@ -19,13 +19,12 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.run_engine import plan_run
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import partition_key
-from pipelines_dagster.runs import run_tags
+from pipelines_dagster.runs import PARTITION_TAG, run_tags
 from pipelines_dagster.settings import SettingsError
 
 DAGSTER_URL_ENV = "PIPELINES_DAGSTER_URL"
 DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 # Dagster's own tag for the partition a run materializes, as the UI's launchpad sets it.
-PARTITION_TAG = "dagster/partition"
 LAUNCH_TIMEOUT_SECONDS = 30
 
 

@@ -1,28 +1,92 @@
-"""The run contract: the tags every pipeline run carries, and the triggers that start runs."""
+"""The run contract: what a pipeline run says about itself, in one place.
 
-from collections.abc import Mapping
+Tag names, the triggers that start runs, the tags each kind of run carries, the run key of each
+trigger kind, the pipeline(s) a run is for, and the run statuses that make a pipeline busy. Every
+launcher writes runs through these functions and every reader (history, sensors, the crawl step)
+reads them back through them. Plain Python: the domain core builds its fires with it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 
 from pipelines_dagster.partitions import partition_key
 
-TRIGGERS = ("manual", "scheduled", "webhook", "event", "connector")
-# What a launch from the Dagster UI is: the asset page, the asset graph, a job's launchpad, a
-# backfill or a re-execution. The run's own Dagster tags say which (e.g. dagster/backfill).
-UI_TRIGGER = "manual"
+
+class Trigger(enum.StrEnum):
+    """What started a run; the value of its `trigger` tag."""
+
+    MANUAL = "manual"
+    """The Dagster UI (asset page, asset graph, launchpad, backfill, re-execution), the CLI or the API."""
+    SCHEDULED = "scheduled"
+    WEBHOOK = "webhook"
+    EVENT = "event"
+    CONNECTOR = "connector"
 
 
-def checked_trigger(trigger: str) -> str:
-    if trigger not in TRIGGERS:
-        raise ValueError(f"unknown trigger {trigger!r}; use one of {', '.join(TRIGGERS)}")
-    return trigger
+def checked_trigger(trigger: str) -> Trigger:
+    try:
+        return Trigger(trigger)
+    except ValueError:
+        known = ", ".join(member.value for member in Trigger)
+        raise ValueError(f"unknown trigger {trigger!r}; use one of {known}") from None
 
 
-def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str) -> dict[str, str]:
-    """The tags every pipeline run carries; `pipeline_id` is what the run queue limits on."""
+# A launch from the Dagster UI carries no trigger of its own; its Dagster tags say which kind it was.
+UI_TRIGGER = Trigger.MANUAL
+
+# Tags every pipeline run carries; the run queue limits on PIPELINE_TAG (and on PARTITION_TAG for UI launches).
+PIPELINE_TAG = "pipeline_id"
+WORKSPACE_TAG = "workspace_id"
+TRIGGER_TAG = "trigger"
+# Dagster's own: the partition (= pipeline id) of a partitioned run, and the backfill a run belongs to.
+PARTITION_TAG = "dagster/partition"
+BACKFILL_TAG = "dagster/backfill"
+# What fired a run, beside its trigger.
+WEBHOOK_DELIVERY_TAG = "webhook_delivery_id"
+EVENT_ID_TAG = "event_id"
+EVENT_TYPE_TAG = "event_type"
+SCHEDULED_FOR_TAG = "scheduled_for"
+# A batch run's summary of the pipelines it covers, shown on its run row.
+PIPELINES_SUMMARY_TAG = "pipelines"
+
+# A batch run carries a tag for each pipeline and workspace it covers, so the run history of either
+# finds it by tag, as it finds a single run by its pipeline_id and workspace_id. They live under the
+# prefix Dagster's UI hides (an index, not something to read on every run row); Dagster allows one
+# namespace in a tag key, so the rest is dotted.
+MEMBER = "member"
+_MEMBER_PIPELINE_PREFIX = ".dagster/pipelines_dagster.pipeline."
+_MEMBER_WORKSPACE_PREFIX = ".dagster/pipelines_dagster.workspace."
+PIPELINES_SHOWN = 5
+
+# Queued or running (Dagster run status names): a pipeline in one of these gets no second run from a trigger.
+BUSY_STATUSES = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
+
+
+def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str, **extras: str) -> dict[str, str]:
+    """The tags of a run of one pipeline; `extras` are what fired it (see the *_tags functions)."""
     return {
-        "pipeline_id": partition_key(pipeline_id),
-        "workspace_id": str(workspace_id),
-        "trigger": checked_trigger(trigger),
+        PIPELINE_TAG: partition_key(pipeline_id),
+        WORKSPACE_TAG: str(workspace_id),
+        TRIGGER_TAG: checked_trigger(trigger).value,
+        **extras,
     }
+
+
+def webhook_tags(delivery_id: int) -> dict[str, str]:
+    return {WEBHOOK_DELIVERY_TAG: str(delivery_id)}
+
+
+def event_tags(event_id: int, event_type: str) -> dict[str, str]:
+    return {EVENT_ID_TAG: str(event_id), EVENT_TYPE_TAG: event_type}
+
+
+def schedule_tags(scheduled_for: datetime) -> dict[str, str]:
+    return {SCHEDULED_FOR_TAG: scheduled_for.isoformat()}
 
 
 def missing_run_tags(tags: Mapping[str, str], *, pipeline_id: int, workspace_id: int) -> dict[str, str]:
@@ -30,3 +94,80 @@ def missing_run_tags(tags: Mapping[str, str], *, pipeline_id: int, workspace_id:
     which carries only its partition; none for our own launchers. A tag the run has is kept."""
     contract = run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=UI_TRIGGER)
     return {key: value for key, value in contract.items() if key not in tags}
+
+
+def member_pipeline_tag(pipeline_id: int) -> str:
+    return f"{_MEMBER_PIPELINE_PREFIX}{pipeline_id}"
+
+
+def member_workspace_tag(workspace_id: int) -> str:
+    return f"{_MEMBER_WORKSPACE_PREFIX}{workspace_id}"
+
+
+def batch_tags(members: Iterable[tuple[int, int]], *, trigger: str) -> dict[str, str]:
+    """The tags of a batch run over (pipeline id, workspace id) pairs."""
+    members = list(members)
+    shown = ", ".join(str(pipeline_id) for pipeline_id, _ in members[:PIPELINES_SHOWN])
+    more = len(members) - PIPELINES_SHOWN
+    tags = {TRIGGER_TAG: checked_trigger(trigger).value, PIPELINES_SUMMARY_TAG: f"{shown} and {more} more" if more > 0 else shown}
+    for pipeline_id, workspace_id in members:
+        tags[member_pipeline_tag(pipeline_id)] = MEMBER
+        tags[member_workspace_tag(workspace_id)] = MEMBER
+    return tags
+
+
+def batch_pipeline_ids(tags: Mapping[str, str]) -> list[int]:
+    """The pipelines a batch run covers, from its tags."""
+    return sorted(
+        int(key.removeprefix(_MEMBER_PIPELINE_PREFIX))
+        for key, value in tags.items()
+        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and key[len(_MEMBER_PIPELINE_PREFIX):].isdigit()
+    )
+
+
+def pipeline_id_of(tags: Mapping[str, str]) -> int | None:
+    """The pipeline a single-pipeline run is for: its pipeline_id tag, or the partition of a UI launch or backfill."""
+    value = tags.get(PIPELINE_TAG) or tags.get(PARTITION_TAG)
+    return int(value) if value and value.isdigit() else None
+
+
+def pipeline_ids_of(tags: Mapping[str, str]) -> list[int]:
+    """Every pipeline a run is for: the members of a batch run, else the one of a single run."""
+    members = batch_pipeline_ids(tags)
+    if members:
+        return members
+    pipeline_id = pipeline_id_of(tags)
+    return [] if pipeline_id is None else [pipeline_id]
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What fired a run, as ids: a webhook delivery, a domain event, or neither."""
+
+    delivery_id: int | None = None
+    event_id: int | None = None
+
+
+def origin_of(tags: Mapping[str, str]) -> Origin:
+    delivery, event = tags.get(WEBHOOK_DELIVERY_TAG, ""), tags.get(EVENT_ID_TAG, "")
+    return Origin(delivery_id=int(delivery) if delivery.isdigit() else None,
+                  event_id=int(event) if event.isdigit() else None)
+
+
+# Run keys: Dagster starts one run per key and sensor, so a fire requested twice runs once.
+def schedule_run_key(trigger_id: int, scheduled_for: datetime) -> str:
+    return f"schedule:{trigger_id}:{scheduled_for.isoformat()}"
+
+
+def batch_run_key(member_run_keys: Iterable[str]) -> str:
+    """One key for a batch of fires: the same fires always make the same key."""
+    digest = hashlib.sha256("\n".join(sorted(member_run_keys)).encode()).hexdigest()[:24]
+    return f"schedule-batch:{digest}"
+
+
+def webhook_run_key(delivery_id: int) -> str:
+    return f"webhook:{delivery_id}"
+
+
+def event_run_key(event_id: int, trigger_id: int) -> str:
+    return f"event:{event_id}:{trigger_id}"

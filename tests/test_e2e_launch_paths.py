@@ -26,7 +26,7 @@ from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry, Do
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
-from pipelines_dagster.sensors.common import BUSY_STATUSES, busy_pipelines
+from pipelines_dagster.sensors.common import BUSY, busy_pipelines
 from tests.support.dagster_dev import Dev, dagster_dev, wait_for
 from tests.support.graphql import BACKFILL, LAUNCH, REEXECUTE
 from tests.support.web import page
@@ -222,7 +222,7 @@ def test_a_ui_launch_is_busy_while_queued_or_running_and_the_sensor_frees_its_lo
 
     pid = wait_for("the run to be crawling", crawling, timeout=RUN_WITHIN_SECONDS)
     assert seeded.pipeline_id in busy_pipelines(dev.instance)
-    assert dg.DagsterRunStatus.STARTED in seen and seen <= set(BUSY_STATUSES), seen
+    assert dg.DagsterRunStatus.STARTED in seen and seen <= set(BUSY), seen
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     run = dev.failed(run_id, timeout=RUN_WITHIN_SECONDS)

@@ -225,7 +225,7 @@ def test_the_cli_manual_run_starts_within_ten_seconds(deployment: Deployment):
 
 def test_fires_due_together_run_as_one_batch_run_with_an_entry_per_pipeline(deployment: Deployment):
     from pipelines_dagster.app_db.models import PipelineTrigger
-    from pipelines_dagster.jobs import batch_pipeline_ids
+    from pipelines_dagster.runs import batch_pipeline_ids
 
     # Schedules that never fall due by themselves, made due at one moment, as at the top of the hour.
     pipelines = [deployment.pipeline(f"batch{n}", cron="0 0 29 2 *", timezone="UTC") for n in range(2)]

@@ -19,7 +19,7 @@ from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.core import catalog
 from pipelines_dagster.history import RUN_STATUS, RunHistory
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.launch import PARTITION_TAG
+from pipelines_dagster.runs import PARTITION_TAG
 from pipelines_dagster.runs import run_tags
 from tests.assets.conftest import Stack, embedded, materialization, production, stack, web  # noqa: F401
 from tests.assets.test_batch import run_batch

@@ -17,7 +17,7 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
-from pipelines_dagster.runs import missing_run_tags
+from pipelines_dagster.runs import missing_run_tags, origin_of
 
 
 
@@ -112,7 +112,8 @@ def crawl_partition(
             "previous_crawl_run_id": previous[1] if previous else "",
         }
         with app_db.sessions() as session:
-            payload = trigger_payload(session, trigger_tags)
+            origin = origin_of(trigger_tags)
+            payload = trigger_payload(session, delivery_id=origin.delivery_id, event_id=origin.event_id)
         if payload is not None:
             metadata["trigger_payload"] = (
                 dg.MetadataValue.json(payload) if isinstance(payload, dict | list) else str(payload)[:4096]

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, TriggerKind
 from pipelines_dagster.core.schedule import next_cron_fire, next_interval_fire, validate_cron, validate_timezone
 from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.runs import Trigger, run_tags, schedule_run_key, schedule_tags
 
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_TIME_BUDGET_SECONDS = 30.0
@@ -36,7 +37,12 @@ class Fire:
 
     @property
     def run_key(self) -> str:
-        return f"schedule:{self.trigger_id}:{self.scheduled_for.isoformat()}"
+        return schedule_run_key(self.trigger_id, self.scheduled_for)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return run_tags(pipeline_id=self.pipeline_id, workspace_id=self.workspace_id, trigger=Trigger.SCHEDULED,
+                        **schedule_tags(self.scheduled_for))
 
 
 def next_fire(trigger: PipelineTrigger, *, after: datetime) -> datetime:

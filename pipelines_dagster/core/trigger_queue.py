@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, TriggerKind, WebhookDelivery
+from pipelines_dagster.runs import Trigger, event_run_key, event_tags, run_tags, webhook_run_key, webhook_tags
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +48,12 @@ class DeliveryFire:
 
     @property
     def run_key(self) -> str:
-        return f"webhook:{self.delivery_id}"
+        return webhook_run_key(self.delivery_id)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return run_tags(pipeline_id=self.pipeline_id, workspace_id=self.workspace_id, trigger=Trigger.WEBHOOK,
+                        **webhook_tags(self.delivery_id))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +68,12 @@ class EventFire:
 
     @property
     def run_key(self) -> str:
-        return f"event:{self.event_id}:{self.trigger_id}"
+        return event_run_key(self.event_id, self.trigger_id)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return run_tags(pipeline_id=self.pipeline_id, workspace_id=self.workspace_id, trigger=Trigger.EVENT,
+                        **event_tags(self.event_id, self.event_type))
 
 
 FireT = TypeVar("FireT", DeliveryFire, EventFire)

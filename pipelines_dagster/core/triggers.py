@@ -374,17 +374,17 @@ def delivery_payload(session: Session, delivery_id: int) -> bytes:
     return payload
 
 
-def trigger_payload(session: Session, tags: Mapping[str, str]) -> Any:
-    """The payload of the webhook delivery or event that started a run (from its tags), else None.
+def trigger_payload(session: Session, *, delivery_id: int | None = None, event_id: int | None = None) -> Any:
+    """The payload of the webhook delivery or event that started a run, else None.
 
     JSON bodies come back parsed; anything else as text, so a run can see what fired it.
     """
-    if delivery_id := tags.get("webhook_delivery_id"):
-        body = delivery_payload(session, int(delivery_id))
+    if delivery_id is not None:
+        body = delivery_payload(session, delivery_id)
         try:
             return json.loads(body)
         except ValueError:
             return body.decode("utf-8", errors="replace")
-    if event_id := tags.get("event_id"):
-        return session.scalar(sa.select(DomainEvent.payload).where(DomainEvent.id == int(event_id)))
+    if event_id is not None:
+        return session.scalar(sa.select(DomainEvent.payload).where(DomainEvent.id == event_id))
     return None

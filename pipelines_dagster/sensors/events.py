@@ -23,14 +23,4 @@ def pipeline_events(context: dg.SensorEvaluationContext, app_db: AppDatabaseReso
     taken = take_events(app_db.sessions)
     if taken.skipped:
         context.log.info(f"skipped {taken.skipped} of {taken.rows} events: no enabled subscribed pipeline they concern")
-    return trigger_result(context, known=known, requests=[
-        pipeline_run_request(
-            run_key=fire.run_key,
-            pipeline_id=fire.pipeline_id,
-            workspace_id=fire.workspace_id,
-            trigger="event",
-            event_id=str(fire.event_id),
-            event_type=fire.event_type,
-        )
-        for fire in taken.fires
-    ])
+    return trigger_result(context, map(pipeline_run_request, taken.fires), known=known)

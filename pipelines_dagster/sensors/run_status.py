@@ -7,12 +7,12 @@ from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import LocksResource
-from pipelines_dagster.sensors.common import run_pipeline_ids
+from pipelines_dagster.runs import pipeline_ids_of
 
 
 def release_run_locks(run: dg.DagsterRun, *, locks: LocksResource, app_db: AppDatabaseResource) -> list[str]:
     """Release the pipeline and connector locks this run owns (the owner token is the run id)."""
-    pipeline_ids = run_pipeline_ids(run)
+    pipeline_ids = pipeline_ids_of(run.tags)
     if not pipeline_ids:
         return []
     with app_db.sessions() as session:

@@ -22,13 +22,7 @@ def _run_request(fires: Sequence[Fire]) -> dg.RunRequest:
     if len(fires) > 1:
         return batch_run_request(fires)
     [fire] = fires
-    return pipeline_run_request(
-        run_key=fire.run_key,
-        pipeline_id=fire.pipeline_id,
-        workspace_id=fire.workspace_id,
-        trigger="scheduled",
-        scheduled_for=fire.scheduled_for.isoformat(),
-    )
+    return pipeline_run_request(fire)
 
 
 def build_schedule_sensor(*, batch_size: int, run_batch_size: int) -> dg.SensorDefinition:

@@ -23,13 +23,4 @@ def pipeline_webhooks(context: dg.SensorEvaluationContext, app_db: AppDatabaseRe
     taken = take_deliveries(app_db.sessions)
     if taken.skipped:
         context.log.info(f"skipped {taken.skipped} of {taken.rows} deliveries: their trigger or pipeline is disabled")
-    return trigger_result(context, known=known, requests=[
-        pipeline_run_request(
-            run_key=fire.run_key,
-            pipeline_id=fire.pipeline_id,
-            workspace_id=fire.workspace_id,
-            trigger="webhook",
-            webhook_delivery_id=str(fire.delivery_id),
-        )
-        for fire in taken.fires
-    ])
+    return trigger_result(context, map(pipeline_run_request, taken.fires), known=known)

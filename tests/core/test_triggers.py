@@ -105,7 +105,7 @@ def test_a_standard_delivery_is_stored_once_per_webhook_id(sessions, standard):
     first = deliver(sessions, standard.token, body, **headers)
     assert not first.duplicate
     with sessions() as session:
-        assert trigger_payload(session, {"webhook_delivery_id": str(first.delivery_id)}) == {"ref": "main"}
+        assert trigger_payload(session, delivery_id=first.delivery_id) == {"ref": "main"}
     again = deliver(sessions, standard.token, body, now=NOW + timedelta(seconds=60), **headers)
     assert again.duplicate and again.delivery_id == first.delivery_id and deliveries(sessions, standard.token) == 1
     # The same payload under a new id, signed for it, is a new delivery: senders may repeat payloads.
@@ -216,7 +216,7 @@ def test_a_signed_github_delivery_is_stored_with_its_payload(sessions, webhook):
     accepted = deliver(sessions, webhook, body, **{"X-Hub-Signature-256": sign(body, webhook), "X-Delivery-Id": "d-1"})
     assert not accepted.duplicate
     with sessions() as session:
-        assert trigger_payload(session, {"webhook_delivery_id": str(accepted.delivery_id)}) == {"ref": "main"}
+        assert trigger_payload(session, delivery_id=accepted.delivery_id) == {"ref": "main"}
 
 
 @pytest.mark.parametrize("signature", [None, "sha256=" + "0" * 64, "sha1=abc", "garbage"])
@@ -291,7 +291,7 @@ def test_another_workspaces_pipeline_cannot_be_subscribed(sessions, pipeline):
 def test_emit_event_validates_type_workspace_and_ids(sessions, pipeline):
     with transaction(sessions) as session:
         event = emit_event(session, workspace_id=pipeline[0], event_type="document.uploaded", payload={"name": "a.pdf"})
-        assert trigger_payload(session, {"event_id": str(event.id)}) == {"name": "a.pdf"}
+        assert trigger_payload(session, event_id=event.id) == {"name": "a.pdf"}
     with pytest.raises(InvalidInputError, match="unknown event type"), transaction(sessions) as session:
         emit_event(session, workspace_id=pipeline[0], event_type="nope")
     with pytest.raises(InvalidInputError, match="payload.connector_id"), transaction(sessions) as session:

@@ -15,7 +15,7 @@ from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.batch import OP_NAME
-from pipelines_dagster.jobs import batch_pipeline_ids, batch_tags, member_workspace_tag
+from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource

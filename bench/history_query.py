@@ -33,6 +33,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.history import RunHistory
+from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import PARTITION_TAG
 from pipelines_dagster.partitions import partition_key
@@ -149,13 +150,15 @@ def add_runs(instance: dg.DagsterInstance, pipelines: list[tuple[int, int]], num
             continue
         attempted = rng.randint(5, 40)
         failed = rng.randint(0, 2)
+        crawl = CrawlMetadata(
+            pipeline_id=pipeline_id, workspace_id=workspace_id, urls_attempted=attempted,
+            urls_succeeded=attempted - failed, urls_empty=0, urls_failed=failed, urls_unchanged=0,
+            bytes=attempted * 20_000, blob_key=f"runs/{pipeline_id}/{run.run_id}/result.jsonl",
+            blob_url=f"file:///blobs/runs/{pipeline_id}/{run.run_id}/result.jsonl",
+            charged_micros=attempted * 1000, started_at=created + 3, duration_seconds=17.5,
+        )
         crawls.append(materialized(run, created + 20, crawl_results.key, pipeline_id, {
-            "pipeline_id": pipeline_id, "workspace_id": workspace_id, "urls_attempted": attempted,
-            "urls_succeeded": attempted - failed, "urls_empty": 0, "urls_failed": failed, "urls_unchanged": 0,
-            "bytes": attempted * 20_000, "blob_key": f"runs/{pipeline_id}/{run.run_id}/result.jsonl",
-            "blob_url": dg.MetadataValue.url(f"file:///blobs/runs/{pipeline_id}/{run.run_id}/result.jsonl"),
-            "charged_micros": attempted * 1000, "duration_seconds": 17.5,
-            "failed_urls": dg.MetadataValue.md("| URL | reason |\n|---|---|"),
+            **crawl.to_metadata(), "failed_urls": dg.MetadataValue.md("| URL | reason |\n|---|---|"),
         }))
         documents.append(materialized(run, created + 25, kb_documents.key, pipeline_id, {
             "documents_created": rng.randint(0, 3), "documents_updated": rng.randint(0, 5),

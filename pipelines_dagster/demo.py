@@ -27,6 +27,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.resources import build_resources
+from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.runs import run_tags
 from pipelines_dagster.settings import Settings, load_settings
 
@@ -137,7 +138,7 @@ def run_once(
             resources=build_resources(with_loopback_allowed(settings)),
             tags=run_tags(pipeline_id=demo.pipeline_id, workspace_id=demo.workspace_id, trigger="manual"),
         )
-    crawl = _metadata(result, "crawl_results")
+    crawl = CrawlMetadata.read(_metadata(result, "crawl_results"))
     kb = _metadata(result, "kb_documents")
     with sessions() as session:
         ready = session.scalar(
@@ -149,11 +150,11 @@ def run_once(
         "workspace_id": demo.workspace_id,
         "pipeline_id": demo.pipeline_id,
         "run_id": result.run_id,
-        "urls_attempted": crawl["urls_attempted"],
-        "urls_succeeded": crawl["urls_succeeded"],
-        "urls_failed": crawl["urls_failed"],
-        "blob_key": crawl["blob_key"],
-        "blob_url": crawl["blob_url"],
+        "urls_attempted": crawl.urls_attempted,
+        "urls_succeeded": crawl.urls_succeeded,
+        "urls_failed": crawl.urls_failed,
+        "blob_key": crawl.blob_key,
+        "blob_url": crawl.blob_url,
         "documents_created": kb["documents_created"],
         "documents_updated": kb["documents_updated"],
         "documents_unchanged": kb["documents_unchanged"],

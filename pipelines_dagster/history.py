@@ -22,6 +22,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.batch import OP_NAME, pipeline_batch
+from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.runs import (
     MEMBER,
     PARTITION_TAG,
@@ -156,8 +157,9 @@ class _MemberEvents:
     def started_at(self) -> float | None:
         for record in (self.materializations.get(crawl_results.key), *self.failures.values()):
             event = record.asset_event if record else None
-            if event is not None and "started_at" in event.metadata:
-                return float(event.metadata["started_at"].value)
+            started_at = CrawlMetadata.read(event.metadata).started_at if event is not None else None
+            if started_at is not None:
+                return started_at
         return None
 
     @property
@@ -359,14 +361,15 @@ class RunHistory:
             if entry.batch:
                 events = members[entry.key]
                 status = events.status(run)
-                crawl, kb = events.metadata(crawl_results.key), events.metadata(kb_documents.key)
+                crawl = CrawlMetadata.read(events.metadata(crawl_results.key))
+                kb = events.metadata(kb_documents.key)
                 started_at = _from_timestamp(events.started_at)
                 done = status in ("succeeded", "failed", "canceled")
                 finished_at = _from_timestamp((events.finished_at or record.end_time) if done else None)
                 error = events.error or (errors.get(run.run_id) if status == "failed" else None)
             else:
                 status = RUN_STATUS[run.status]
-                crawl, kb = _metadata(crawls.get(entry.key)), _metadata(documents.get(entry.key))
+                crawl, kb = CrawlMetadata.of_event(crawls.get(entry.key)), _metadata(documents.get(entry.key))
                 started_at, finished_at = _from_timestamp(record.start_time), _from_timestamp(record.end_time)
                 error = errors.get(run.run_id)
             views.append(
@@ -380,15 +383,15 @@ class RunHistory:
                     created_at=_utc(record.create_timestamp),
                     started_at=started_at,
                     finished_at=finished_at,
-                    crawls_attempted=_int(crawl, "urls_attempted"),
-                    crawls_succeeded=_int(crawl, "urls_succeeded"),
-                    crawls_empty=_int(crawl, "urls_empty"),
-                    crawls_failed=_int(crawl, "urls_failed"),
+                    crawls_attempted=crawl.urls_attempted,
+                    crawls_succeeded=crawl.urls_succeeded,
+                    crawls_empty=crawl.urls_empty,
+                    crawls_failed=crawl.urls_failed,
                     documents_created=_int(kb, "documents_created"),
                     documents_updated=_int(kb, "documents_updated"),
                     documents_unchanged=_int(kb, "documents_unchanged"),
-                    charged_micros=_int(crawl, "charged_micros"),
-                    blob_key=_str(crawl, "blob_key"),
+                    charged_micros=crawl.charged_micros,
+                    blob_key=crawl.blob_key,
                     error=error,
                     dagster_url=f"{self._ui_base_url}/runs/{run.run_id}" if self._ui_base_url else None,
                 )
@@ -548,11 +551,6 @@ def _step_failure_message(data: StepFailureData) -> str:
 def _int(metadata: Mapping[str, dg.MetadataValue], key: str) -> int | None:
     value = metadata[key].value if key in metadata else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str(metadata: Mapping[str, dg.MetadataValue], key: str) -> str | None:
-    value = metadata[key].value if key in metadata else None
-    return value if isinstance(value, str) and value else None
 
 
 def _utc(moment: datetime) -> datetime:

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import pydantic
 
-from pipelines_dagster.assets.partition import latest_crawl_blob
+from pipelines_dagster.crawl_metadata import latest_crawl
 from pipelines_dagster.core.retention import apply_retention
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -22,11 +22,11 @@ def apply_retention_op(
     blob_store: BlobStoreResource,
 ) -> dg.Output[None]:
     # The crawl the event log names as latest is what kb_documents rebuilds from, whatever its age.
-    latest = (latest_crawl_blob(context.instance, key)
+    latest = (latest_crawl(context.instance, key)
               for key in context.instance.get_dynamic_partitions(pipelines_partitions.name))
     report = apply_retention(
         blob_store.store(), app_db.sessions, now=datetime.now(UTC), days=config.retention_days,
-        keep={found[0] for found in latest if found is not None},
+        keep={found.blob_key for found in latest if found is not None and found.blob_key},
     )
     context.log.info(
         f"deleted {len(report.blobs_deleted)} crawl blobs (kept {report.blobs_kept}) "

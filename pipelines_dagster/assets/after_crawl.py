@@ -24,6 +24,7 @@ from pipelines_dagster.assets.checks import (
 )
 from pipelines_dagster.assets.kb_documents import index_partition, kb_documents
 from pipelines_dagster.assets.page_changes import changes_partition, page_changes
+from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 
@@ -92,15 +93,16 @@ class PartitionSteps:
         """What follows a materialized crawl (its metadata) and is not in `executed`, the steps the
         run executes itself: the crawl's checks, kb_documents with its check, and page_changes."""
         key, app_db, blob_store = self.key, self.app_db, self.blob_store
+        stored = CrawlMetadata.read(crawl)
 
         def pending(definition: dg.AssetsDefinition | dg.AssetChecksDefinition) -> bool:
             return definition.node_def.name not in executed
 
         if pending(crawl_success_ratio):
-            ratio = success_ratio(key, crawl, app_db, default_threshold=DEFAULT_MIN_SUCCESS_RATIO)
+            ratio = success_ratio(key, stored, app_db, default_threshold=DEFAULT_MIN_SUCCESS_RATIO)
             yield check_evaluation(crawl_success_ratio, ratio, key)
         if pending(crawl_blob_readable):
-            yield check_evaluation(crawl_blob_readable, blob_readable(key, crawl, blob_store), key)
+            yield check_evaluation(crawl_blob_readable, blob_readable(key, stored, blob_store), key)
         if pending(kb_documents):
             try:
                 documents = index_partition(self.instance, key, app_db=app_db, blob_store=blob_store, log=self.log)

@@ -1,8 +1,6 @@
 """Data-quality checks shown in the Dagster UI next to each pipeline partition; they read, never write."""
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
 import dagster as dg
 import pydantic
@@ -10,7 +8,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.assets.partition import CRAWL_RESULTS
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata, latest_crawl
 from pipelines_dagster.core.blob import BlobNotFoundError
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -29,13 +27,9 @@ class SuccessRatioConfig(dg.Config):
     )
 
 
-def _latest_crawl(instance: dg.DagsterInstance, partition_key: str) -> dict | None:
-    """The metadata of the partition's newest crawl_results materialization."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=CRAWL_RESULTS, asset_partitions=[partition_key]), limit=1
-    ).records
-    materialization = records[0].asset_materialization if records else None
-    return {key: value.value for key, value in materialization.metadata.items()} if materialization else None
+def _latest_crawl(instance: dg.DagsterInstance, partition_key: str) -> CrawlMetadata | None:
+    latest = latest_crawl(instance, partition_key)
+    return latest.metadata if latest else None
 
 
 def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
@@ -46,7 +40,7 @@ def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCh
 
 
 def success_ratio(
-    partition_key: str, crawl: Mapping[str, Any] | None, app_db: AppDatabaseResource, *, default_threshold: float
+    partition_key: str, crawl: CrawlMetadata | None, app_db: AppDatabaseResource, *, default_threshold: float
 ) -> dg.AssetCheckResult:
     """Whether the crawl (materialization metadata) reached the pipeline's success ratio."""
     if crawl is None:
@@ -54,7 +48,7 @@ def success_ratio(
     with app_db.sessions() as session:
         pipeline = session.get(Pipeline, int(partition_key))
     threshold = float((pipeline.config if pipeline else {}).get(THRESHOLD_KEY, default_threshold))
-    attempted, succeeded = crawl["urls_attempted"], crawl["urls_succeeded"]
+    attempted, succeeded = crawl.urls_attempted or 0, crawl.urls_succeeded or 0
     ratio = succeeded / attempted if attempted else 0.0
     return dg.AssetCheckResult(
         passed=ratio >= threshold,
@@ -65,12 +59,12 @@ def success_ratio(
 
 
 def blob_readable(
-    partition_key: str, crawl: Mapping[str, Any] | None, blob_store: BlobStoreResource
+    partition_key: str, crawl: CrawlMetadata | None, blob_store: BlobStoreResource
 ) -> dg.AssetCheckResult:
     """Whether the crawl's blob is stored and holds one JSON record per attempted URL."""
-    if crawl is None or not crawl.get("blob_key"):
+    if crawl is None or not crawl.blob_key:
         return _no_crawl(partition_key, dg.AssetCheckSeverity.ERROR)
-    blob_key = crawl["blob_key"]
+    blob_key = crawl.blob_key
     try:
         records = sum(1 for _ in blob_store.store().read_jsonl(blob_key))
     except BlobNotFoundError:
@@ -78,7 +72,7 @@ def blob_readable(
     except json.JSONDecodeError as exc:  # orjson reports bad UTF-8 this way too
         problem = f"is not valid JSON Lines ({exc}); re-run crawl_results to replace it"
     else:
-        expected = crawl["urls_attempted"]
+        expected = crawl.urls_attempted
         problem = None if records == expected else f"holds {records} records, the crawl attempted {expected} URLs"
     return dg.AssetCheckResult(
         passed=problem is None,

@@ -7,7 +7,8 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
-from pipelines_dagster.assets.partition import latest_crawl_blob, partition_pipeline, refused
+from pipelines_dagster.assets.partition import partition_pipeline, refused
+from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
@@ -79,7 +80,7 @@ def crawl_partition(
         raise refused(str(exc)) from None
     # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
-        previous = latest_crawl_blob(instance, partition_key)
+        previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
         charge_key = f"crawl:{run.root_run_id or run.run_id}:{partition_key}"
         report = execute_crawl(
@@ -90,27 +91,31 @@ def crawl_partition(
             billing=billing.billing,
             blob_store=blob_store.store(),
             crawler=crawler.crawler,
-            previous_blob_key=previous[0] if previous else None,
+            previous_blob_key=previous.blob_key if previous else None,
             run_ended=lambda owner: _run_ended(instance, owner),
         )
         if report.lock_lost:
             log.warning(f"pipeline {plan.pipeline_id}: a lock expired during the crawl; another run may have overlapped it")
-        metadata: dict[str, Any] = {
-            "pipeline_id": plan.pipeline_id,
-            "workspace_id": plan.workspace_id,
-            "urls_attempted": report.attempted,
-            "urls_succeeded": report.succeeded,
-            "urls_empty": report.empty,
-            "urls_failed": report.failed,
-            "urls_unchanged": report.unchanged,
-            "bytes": report.bytes_written,
-            "blob_key": report.blob_key,
-            "blob_url": dg.MetadataValue.url(report.blob_url),
-            "charged_micros": report.charged_micros,
-            "duration_seconds": round(report.duration_seconds, 3),
-            "failed_urls": dg.MetadataValue.md(_failed_urls_table(report)),
-            "previous_crawl_run_id": previous[1] if previous else "",
-        }
+        crawl = CrawlMetadata(
+            pipeline_id=plan.pipeline_id,
+            workspace_id=plan.workspace_id,
+            urls_attempted=report.attempted,
+            urls_succeeded=report.succeeded,
+            urls_empty=report.empty,
+            urls_failed=report.failed,
+            urls_unchanged=report.unchanged,
+            bytes=report.bytes_written,
+            blob_key=report.blob_key,
+            blob_url=report.blob_url,
+            charged_micros=report.charged_micros,
+            started_at=started_at,
+            duration_seconds=round(report.duration_seconds, 3),
+            attempt=attempt,
+            retry_policy=plan.retry.describe(),
+            previous_crawl_run_id=previous.run_id if previous else None,
+        )
+        metadata = crawl.to_metadata()
+        metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))
         with app_db.sessions() as session:
             origin = origin_of(trigger_tags)
             payload = trigger_payload(session, delivery_id=origin.delivery_id, event_id=origin.event_id)
@@ -124,9 +129,6 @@ def crawl_partition(
         raise refused(str(exc)) from None
     except Exception as exc:
         raise CrawlAttemptFailed(plan.retry) from exc
-    metadata["started_at"] = dg.MetadataValue.timestamp(started_at)
-    metadata["attempt"] = attempt
-    metadata["retry_policy"] = plan.retry.describe()
     return metadata
 
 

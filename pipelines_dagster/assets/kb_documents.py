@@ -8,7 +8,8 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.partition import CRAWL_RESULTS, partition_pipeline, stored_crawl
+from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.core.kb_index import Destination, index_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

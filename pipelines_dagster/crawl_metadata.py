@@ -1,0 +1,95 @@
+"""The metadata of a `crawl_results` materialization, typed: written once by the crawl step, read by
+history, the demo, the checks and the maintenance schedule through `CrawlMetadata.read`.
+
+A key renamed here is renamed for every reader; a key an older run never wrote reads as None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import dagster as dg
+
+CRAWL_RESULTS = dg.AssetKey("crawl_results")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrawlMetadata:
+    pipeline_id: int | None = None
+    workspace_id: int | None = None
+    urls_attempted: int | None = None
+    urls_succeeded: int | None = None
+    urls_empty: int | None = None
+    urls_failed: int | None = None
+    urls_unchanged: int | None = None
+    bytes: int | None = None
+    blob_key: str | None = None
+    blob_url: str | None = None
+    charged_micros: int | None = None
+    started_at: float | None = None
+    """Unix seconds when the crawl began (a batch member's start inside its run)."""
+    duration_seconds: float | None = None
+    attempt: int | None = None
+    retry_policy: str | None = None
+    previous_crawl_run_id: str | None = None
+    scheduled_for: str | None = None
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""
+        rendered: dict[str, Any] = {}
+        for name, value in asdict(self).items():
+            if value is None:
+                continue
+            if name == "blob_url":
+                value = dg.MetadataValue.url(value)
+            elif name == "started_at":
+                value = dg.MetadataValue.timestamp(value)
+            rendered[name] = value
+        return rendered
+
+    @classmethod
+    def read(cls, metadata: Mapping[str, dg.MetadataValue | Any]) -> CrawlMetadata:
+        """From a materialization's metadata (Dagster's values or plain ones, as a step returns them)."""
+        values = {key: value.value if isinstance(value, dg.MetadataValue) else value for key, value in metadata.items()}
+        return cls(**{
+            name: values[name] for name, field in cls.__dataclass_fields__.items()
+            if name in values and _fits(values[name], str(field.type))
+        })
+
+    @classmethod
+    def of_event(cls, record: dg.EventLogRecord | None) -> CrawlMetadata:
+        materialization = record.asset_materialization if record else None
+        return cls.read(materialization.metadata if materialization else {})
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether a stored value has its field's type; anything else (a run written by another version) reads as None."""
+    if isinstance(value, bool):
+        return False
+    if annotation.startswith("int"):
+        return isinstance(value, int)
+    if annotation.startswith("float"):
+        return isinstance(value, int | float)
+    return isinstance(value, str) and value != ""
+
+
+@dataclass(frozen=True)
+class StoredCrawl:
+    """A partition's newest crawl: the run that stored it and its metadata."""
+
+    run_id: str
+    metadata: CrawlMetadata
+
+    @property
+    def blob_key(self) -> str | None:
+        return self.metadata.blob_key
+
+
+def latest_crawl(instance: dg.DagsterInstance, partition_key: str) -> StoredCrawl | None:
+    """The partition's newest crawl_results materialization, from the event log; None before the first."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=CRAWL_RESULTS, asset_partitions=[partition_key]), limit=1
+    ).records
+    return StoredCrawl(records[0].run_id, CrawlMetadata.of_event(records[0])) if records else None

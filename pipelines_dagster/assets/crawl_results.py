@@ -92,6 +92,7 @@ def crawl_partition(
             crawler=crawler.crawler,
             previous_blob_key=previous[0] if previous else None,
             run_ended=lambda owner: _run_ended(instance, owner),
+            progress=lambda done: log.info(f"pipeline {plan.pipeline_id}: {done}"),
         )
         if report.lock_lost:
             log.warning(f"pipeline {plan.pipeline_id}: a lock expired during the crawl; another run may have overlapped it")

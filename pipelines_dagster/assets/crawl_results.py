@@ -52,6 +52,13 @@ def _failed_urls_table(report: CrawlReport) -> str:
     return "\n".join(["| URL | reason |", "|---|---|", *rows]) if rows else "none"
 
 
+def _failed_urls_records(report: CrawlReport) -> dg.TableMetadataValue:
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({"url": url, "reason": reason}) for url, reason in report.failed_urls],
+        schema=dg.TableSchema(columns=[dg.TableColumn("url"), dg.TableColumn("reason")]),
+    )
+
+
 def crawl_partition(
     instance: dg.DagsterInstance,
     run: dg.DagsterRun,
@@ -111,6 +118,9 @@ def crawl_partition(
             "duration_seconds": round(report.duration_seconds, 3),
             "failed_urls": dg.MetadataValue.md(_failed_urls_table(report)),
             "previous_crawl_run_id": previous[1] if previous else "",
+            # Dagster's own row count (the UI shows it with the asset): the blob holds a row per URL attempted.
+            "dagster/row_count": report.attempted,
+            "failed_urls_table": _failed_urls_records(report),
         }
         with app_db.sessions() as session:
             payload = trigger_payload(session, trigger_tags)

@@ -1,4 +1,4 @@
-"""What a crawl tells its run while it works: progress lines in the run log."""
+"""What a crawl tells its run while it works and after: progress lines in the run log, Dagster's own metadata."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from pipelines_dagster.core import run_engine
-from tests.assets.conftest import Stack
+from tests.assets.conftest import Stack, materialization
 from tests.support.web import page
 
 PROGRESS = re.compile(r"pipeline (\d+): crawled (\d+) of (\d+) pages, (\d+) failed, [\d.]+ pages/s")
@@ -44,3 +44,16 @@ def test_a_quick_crawl_logs_no_progress(embedded: Stack):
     assert result.success
     assert not any(PROGRESS.search(line) for line in run_log(embedded.instance, result.run_id))
 
+
+def test_the_crawl_carries_dagsters_row_count_and_a_table_of_failed_urls(embedded: Stack):
+    urls = embedded.site(3) + [embedded.web.url("/missing")]
+    workspace_id, pipeline_id = embedded.pipeline(urls)
+    result = embedded.run(pipeline_id, workspace_id)
+    crawl = materialization(result, "crawl_results")
+
+    assert crawl["dagster/row_count"] == crawl["urls_attempted"] == 4
+    table = crawl["failed_urls_table"]
+    assert [column.name for column in table.schema.columns] == ["url", "reason"]
+    assert [(row.data["url"], row.data["reason"]) for row in table.records] == [(urls[-1], "HTTP 404")]
+    # The markdown table stays, for what reads it.
+    assert "/missing" in crawl["failed_urls"]

@@ -3,10 +3,13 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+DEV_STAMP := $(VENV)/.installed-dev-stamp
+# The venv's own dg, told it runs in that venv (it warns otherwise, as if another one were active).
+DG := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/dg
 export PIPELINES_DATA_DIR ?= $(CURDIR)/.pipelines-data
 export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
 
-.PHONY: install run test bench
+.PHONY: install install-dev run dev check-defs test bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or 3.12 is needed, found " + sys.version.split()[0]) if sys.version_info[:2] not in ((3, 11), (3, 12)) else None'
@@ -17,10 +20,33 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The `dev` extra (dg) on top of what `install` puts in.
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	touch $(DEV_STAMP)
+
+install-dev: $(DEV_STAMP)
+
+# The project's instance starts as the embedded default; an existing dagster.yaml is left as it is.
+$(DAGSTER_HOME)/dagster.yaml:
+	mkdir -p $(DAGSTER_HOME)
+	cp deploy/dagster.yaml $@
+
 # Seed the demo workspace over examples/site (served on 127.0.0.1:8765) and start the
 # Dagster UI + daemon on http://127.0.0.1:3000, all on the embedded default.
 run: install
 	$(BIN)/pipelines-dagster demo
+
+# `dg dev` (UI and daemon on http://127.0.0.1:3000) on the project's DAGSTER_HOME, exported above,
+# over the embedded default's app database (the sensors read it from their first tick).
+dev: install-dev $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/pipelines-dagster db upgrade
+	$(DG) dev
+
+# What dg loads of the project, checked and listed; CI runs it before the tests.
+check-defs: install-dev $(DAGSTER_HOME)/dagster.yaml
+	$(DG) check defs
+	$(DG) list defs
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -152,3 +153,27 @@ def test_a_run_whose_worker_died_is_retried_once_and_a_step_failure_is_not(insta
         error=None, failure_reason=RunFailureReason.STEP_FAILURE))
     assert instance.get_run_by_id(died.run_id).tags[WILL_RETRY_TAG] == "true"
     assert instance.get_run_by_id(refused.run_id).tags[WILL_RETRY_TAG] == "false"
+
+
+def test_the_packages_loggers_write_to_the_run_log(instance: dg.DagsterInstance, sqlite_engine: sa.Engine) -> None:
+    from pipelines_dagster.core.locks import DatabaseLocks
+
+    assert instance.managed_python_loggers == ["pipelines_dagster"]
+
+    @dg.asset
+    def loses_its_lock(context) -> None:  # unannotated: this module postpones annotations
+        locks = DatabaseLocks(sqlite_engine)
+        with locks.hold("pipeline:1", "run-1", ttl_seconds=5, renew_every=0.05) as held:
+            locks.release("pipeline:1", "run-1")  # as if its lease had expired and been taken
+            assert held.lost.wait(5)
+        context.log.info("an INFO line from the step")
+
+    result = dg.materialize([loses_its_lock], instance=instance)
+
+    assert result.success
+    logs = [(entry.level, entry.user_message) for entry in instance.all_logs(result.run_id)
+            if entry.dagster_event is None]
+    # Logged by core/locks.py from its renewal thread, through logging.getLogger(__name__).
+    assert (logging.WARNING, "lock 'pipeline:1' was lost: it expired or another owner took it") in logs
+    # The managed loggers' level is context.log's too: INFO lines, like the crawl's progress, still land.
+    assert (logging.INFO, "an INFO line from the step") in logs

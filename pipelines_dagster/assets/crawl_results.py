@@ -53,6 +53,13 @@ def _failed_urls_table(report: CrawlReport) -> str:
     return "\n".join(["| URL | reason |", "|---|---|", *rows]) if rows else "none"
 
 
+def _failed_urls_records(report: CrawlReport) -> dg.TableMetadataValue:
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({"url": url, "reason": reason}) for url, reason in report.failed_urls],
+        schema=dg.TableSchema(columns=[dg.TableColumn("url"), dg.TableColumn("reason")]),
+    )
+
+
 def crawl_partition(
     instance: dg.DagsterInstance,
     run: dg.DagsterRun,
@@ -93,6 +100,7 @@ def crawl_partition(
             crawler=crawler.crawler,
             previous_blob_key=previous.blob_key if previous else None,
             run_ended=lambda owner: _run_ended(instance, owner),
+            progress=lambda done: log.info(f"pipeline {plan.pipeline_id}: {done}"),
         )
         if report.lock_lost:
             log.warning(f"pipeline {plan.pipeline_id}: a lock expired during the crawl; another run may have overlapped it")
@@ -116,6 +124,9 @@ def crawl_partition(
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))
+        # Dagster's own row count (the UI shows it with the asset): the blob holds a row per URL attempted.
+        metadata["dagster/row_count"] = report.attempted
+        metadata["failed_urls_table"] = _failed_urls_records(report)
         with app_db.sessions() as session:
             origin = origin_of(trigger_tags)
             payload = trigger_payload(session, delivery_id=origin.delivery_id, event_id=origin.event_id)

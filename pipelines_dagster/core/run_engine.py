@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
 
 LOCK_TTL_SECONDS = 600.0
+# A long crawl reports how far it got at most this often, so its run log is not silent until it ends.
+PROGRESS_EVERY_SECONDS = 10.0
 # Linux maps the pages around a faulting one, in aligned windows of this size (fault_around_bytes).
 _FAULT_WINDOW = 64 * 1024
 FAILED_URLS_SHOWN = 20
@@ -120,6 +122,24 @@ class CrawlReport:
             self.failed += 1
         if len(self.failed_urls) < FAILED_URLS_SHOWN:
             self.failed_urls.append((record["url"], record.get("error") or status))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrawlProgress:
+    """How far a crawl has got: pages done (failed among them) of its total, after `elapsed_seconds`."""
+
+    done: int
+    total: int
+    failed: int
+    elapsed_seconds: float
+
+    @property
+    def pages_per_second(self) -> float:
+        return self.done / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"crawled {self.done} of {self.total} pages, {self.failed} failed, "
+                f"{self.pages_per_second:.1f} pages/s")
 
 
 class PreviousCrawl:
@@ -312,11 +332,14 @@ def execute_crawl(
     previous_blob_key: str | None,
     lock_ttl_seconds: float = LOCK_TTL_SECONDS,
     run_ended: Callable[[str], bool] | None = None,
+    progress: Callable[[CrawlProgress], None] | None = None,
+    progress_every_seconds: float | None = None,
 ) -> CrawlReport:
     """Crawl the plan's URLs into a JSON Lines blob and charge the successes once per `charge_key`.
 
     Raises RunRefused for a held lock or missing credit, before any request is sent. A lock whose
-    owner `run_ended` says is a run that has ended is taken over instead.
+    owner `run_ended` says is a run that has ended is taken over instead. `progress` is called as
+    pages complete, at most once every `progress_every_seconds` (PROGRESS_EVERY_SECONDS when None).
     """
     started = time.monotonic()
     key = run_result_key(workspace_id=plan.workspace_id, pipeline_id=plan.pipeline_id, run_id=run_id)
@@ -341,11 +364,18 @@ def execute_crawl(
         previous = PreviousCrawl(_stored_records(blob_store, previous_blob_key))
         held.callback(previous.close)
 
+        every = PROGRESS_EVERY_SECONDS if progress_every_seconds is None else progress_every_seconds
+
         def records() -> Iterator[dict[str, Any]]:
+            next_progress = started + every
             for outcome in iter_crawl(crawler, plan.urls, previous=previous.hints):
                 record = outcome_record(outcome, previous)
                 report.count(record)
                 yield record
+                if progress is not None and (now := time.monotonic()) >= next_progress:
+                    next_progress = now + every
+                    progress(CrawlProgress(done=report.attempted, total=len(plan.urls), failed=report.failed,
+                                           elapsed_seconds=now - started))
 
         with _collector_off_old_objects():
             report.bytes_written = blob_store.write_jsonl(key, records())

@@ -359,13 +359,13 @@ def refuse_both(flag: str, clear: bool, given: bool, options: str) -> None:
 
 
 def describe(shown: schemas.PipelineOut) -> str:
+    """One line per pipeline: id, name, state, schedule."""
     schedule = shown.schedule
-    when = (
-        "no schedule"
-        if schedule is None
-        else (f"cron {schedule.cron!r} {schedule.timezone}" if schedule.cron else f"every {schedule.every_minutes} min")
-        + (f", next {schedule.next_fire_at.isoformat()}" if schedule.next_fire_at else ", off")
-    )
+    if schedule is None:
+        when = "no schedule"
+    else:
+        every = f"cron {schedule.cron!r} {schedule.timezone}" if schedule.cron else f"every {schedule.every_minutes} min"
+        when = f"{every}, next {schedule.next_fire_at.isoformat()}" if schedule.next_fire_at else f"{every}, off"
     state = "enabled" if shown.enabled else "disabled"
     managed = ", connector's own indexing" if shown.system_managed else ""
     return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}"

@@ -10,14 +10,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
-from pipelines_dagster.app_db.models import ConnectorType
+from pipelines_dagster.app_db.models import ConnectorType, Pipeline
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
 from pipelines_dagster import demo as demo_site
@@ -27,8 +28,10 @@ from pipelines_dagster.core.retry import (
     DEFAULT_DELAY_SECONDS,
     DEFAULT_MAX_RETRIES,
     MAX_RETRIES,
+    RetryPolicy,
     validate_retry_policy,
 )
+from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.triggers import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     EventType,
@@ -41,11 +44,18 @@ from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import Settings, SettingsError, load_settings
 
+# --json prints the API's own models, so the field names are the API's. They are imported on use:
+# the api package loads the web stack, which the other commands do without.
+if TYPE_CHECKING:
+    from pipelines_dagster.api import schemas
+
 REPO_DIR = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 USER_ERRORS = (
     InvalidInputError,
     catalog.NotFoundError,
+    catalog.SystemManagedError,
     UnknownWorkspaceError,
     DatabaseNotReadyError,
     SettingsError,
@@ -54,6 +64,18 @@ USER_ERRORS = (
 )
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+
+# The catalog names fields as the HTTP API does; these are the options that set them here.
+OPTION_OF_FIELD = {
+    "connector_id": "connector",
+    "urls": "url",
+    "schedule.cron": "cron",
+    "schedule.timezone": "timezone",
+    "schedule.every_minutes": "every_minutes",
+    "retry_policy.backoff": "retry_backoff",
+    "retry_policy.max_retries": "retry_max",
+    "retry_policy.delay_seconds": "retry_delay",
+}
 
 
 def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,7 +86,8 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except InvalidInputError as exc:
-            raise click.ClickException(f"--{exc.field.replace('_', '-')}: {exc.message}") from None
+            option = OPTION_OF_FIELD.get(exc.field, exc.field).replace("_", "-")
+            raise click.ClickException(f"--{option}: {exc.message}") from None
         except USER_ERRORS as exc:
             raise click.ClickException(str(exc)) from None
         except sa.exc.OperationalError as exc:
@@ -194,7 +217,7 @@ def connector_create(
             "id": created.id,
             "workspace_id": created.workspace_id,
             "type": created.connector_type,
-            "urls": created.config.get("INITIAL_URLS", []),
+            "urls": catalog.initial_urls(created) or [],
             "periodic_indexing_enabled": created.periodic_indexing_enabled,
             "pipeline_ids": [p.id for p in created.pipelines],
         }
@@ -206,6 +229,58 @@ def pipeline() -> None:
     """Pipelines: what to do with a connector's crawl, and when."""
 
 
+def pipeline_ref(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--workspace ID PIPELINE_ID`: pipelines are always named within their workspace."""
+    command = click.argument("pipeline_id", type=int)(command)
+    return click.option("--workspace", "workspace_id", required=True, type=int)(command)
+
+
+def schedule_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed([
+        click.option("--cron", default=None, help="Cron expression, five fields; needs --timezone."),
+        click.option("--timezone", default=None, help="IANA timezone of --cron, e.g. Europe/Stockholm."),
+        click.option("--every-minutes", type=int, default=None, help="Run every N minutes instead of a cron."),
+    ]):
+        command = option(command)
+    return command
+
+
+def schedule_of(cron: str | None, timezone: str | None, every_minutes: int | None) -> ScheduleSpec | None:
+    if cron is None and timezone is None and every_minutes is None:
+        return None
+    return ScheduleSpec(cron=cron, timezone=timezone, every_minutes=every_minutes)
+
+
+def retry_options(*, defaults: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--retry-backoff/--retry-max/--retry-delay`; without defaults an option left out is None."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed([
+            click.option("--retry-backoff", default=DEFAULT_BACKOFF.value if defaults else None,
+                         show_default=defaults, help="How a failed crawl is retried: linear or exponential."),
+            click.option("--retry-max", default=DEFAULT_MAX_RETRIES if defaults else None, show_default=defaults,
+                         type=int, help=f"Retries of a failed crawl, 0 to {MAX_RETRIES}."),
+            click.option("--retry-delay", default=DEFAULT_DELAY_SECONDS if defaults else None,
+                         show_default=defaults, type=float,
+                         help="Seconds before the first retry; linear adds it per retry, exponential doubles it."),
+        ]):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def retry_of(backoff: str | None, max_retries: int | None, delay: float | None) -> RetryPolicy | None:
+    """The policy the options give, as a whole: an option left out takes its default, as in the API."""
+    if backoff is None and max_retries is None and delay is None:
+        return None
+    return validate_retry_policy(
+        backoff=DEFAULT_BACKOFF.value if backoff is None else backoff,
+        max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
+        delay_seconds=DEFAULT_DELAY_SECONDS if delay is None else delay,
+    )
+
+
 @pipeline.command("create")
 @click.option("--workspace", "workspace_id", required=True, type=int)
 @click.option("--connector", "connector_id", required=True, type=int)
@@ -213,16 +288,11 @@ def pipeline() -> None:
 @click.option("--save-to-kb/--no-save-to-kb", default=True, show_default=True,
               help="Save pages as KB documents, or keep only the raw crawl result.")
 @click.option("--folder", default=None, help="Destination KB folder (created if missing; root if omitted).")
-@click.option("--cron", default=None, help="Cron expression, five fields; needs --timezone.")
-@click.option("--timezone", default=None, help="IANA timezone of --cron, e.g. Europe/Stockholm.")
-@click.option("--every-minutes", type=int, default=None, help="Run every N minutes instead of a cron.")
+@click.option("--folder-id", type=int, default=None, help="Destination KB folder by id, instead of --folder.")
+@click.option("--url", "urls", multiple=True, help="A URL this pipeline crawls instead of its connector's; repeat.")
+@schedule_options
 @click.option("--disabled", is_flag=True, help="Create the pipeline switched off.")
-@click.option("--retry-backoff", default=DEFAULT_BACKOFF.value, show_default=True,
-              help="How a failed crawl is retried: linear or exponential.")
-@click.option("--retry-max", default=DEFAULT_MAX_RETRIES, show_default=True, type=int,
-              help=f"Retries of a failed crawl, 0 to {MAX_RETRIES}.")
-@click.option("--retry-delay", default=DEFAULT_DELAY_SECONDS, show_default=True, type=float,
-              help="Seconds before the first retry; linear adds it per retry, exponential doubles it.")
+@retry_options(defaults=True)
 @json_option
 @user_errors
 def pipeline_create(
@@ -231,6 +301,8 @@ def pipeline_create(
     name: str,
     save_to_kb: bool,
     folder: str | None,
+    folder_id: int | None,
+    urls: tuple[str, ...],
     cron: str | None,
     timezone: str | None,
     every_minutes: int | None,
@@ -241,14 +313,9 @@ def pipeline_create(
     as_json: bool,
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
-    try:
-        retry = validate_retry_policy(backoff=retry_backoff, max_retries=retry_max, delay_seconds=retry_delay)
-    except InvalidInputError as exc:
-        option = {"backoff": "retry_backoff", "max_retries": "retry_max", "delay_seconds": "retry_delay"}
-        raise InvalidInputError(option[exc.field.rpartition(".")[2]], exc.message) from None
-    schedule = None
-    if cron is not None or timezone is not None or every_minutes is not None:
-        schedule = catalog.ScheduleSpec(cron=cron, timezone=timezone, every_minutes=every_minutes)
+    from pipelines_dagster.api import schemas
+
+    retry = retry_of(retry_backoff, retry_max, retry_delay)
     settings = load_settings()
     with transaction(open_sessions(settings)) as session:
         created = services.create_pipeline(
@@ -259,11 +326,13 @@ def pipeline_create(
             name=name,
             save_to_kb=save_to_kb,
             folder_name=folder,
-            schedule=schedule,
+            folder_id=folder_id,
+            urls=list(urls) or None,
+            schedule=schedule_of(cron, timezone, every_minutes),
             enabled=not disabled,
             retry=retry,
         )
-        trigger = created.triggers[0] if schedule is not None else None
+        trigger = catalog.schedule_triggers(session, [created.id]).get(created.id)
         payload = {
             "id": created.id,
             "workspace_id": created.workspace_id,
@@ -273,11 +342,123 @@ def pipeline_create(
             "destination_folder_id": created.destination_folder_id,
             "enabled": created.enabled,
             "next_fire_at": trigger.next_fire_at.isoformat() if trigger else None,
-            "retry_policy": {"backoff": retry.backoff.value, "max_retries": retry.max_retries,
-                             "delay_seconds": retry.delay_seconds, "description": retry.describe()},
+            "retry_policy": schemas.RetryPolicyOut.of(RetryPolicy.of(created)).model_dump(mode="json"),
         }
     when = f", next run {payload['next_fire_at']}" if payload["next_fire_at"] else ""
     emit(as_json, payload, f"pipeline {payload['id']} created{when}")
+
+
+def keep(value: T | None) -> T | catalog.Keep:
+    """An update option left out keeps the pipeline's value."""
+    return catalog.KEEP if value is None else value
+
+
+def refuse_both(flag: str, clear: bool, given: bool, options: str) -> None:
+    if clear and given:
+        raise InvalidInputError(flag, f"give {options} or --{flag.replace('_', '-')}, not both")
+
+
+def describe(shown: schemas.PipelineOut) -> str:
+    """One line per pipeline: id, name, state, schedule."""
+    schedule = shown.schedule
+    if schedule is None:
+        when = "no schedule"
+    else:
+        every = f"cron {schedule.cron!r} {schedule.timezone}" if schedule.cron else f"every {schedule.every_minutes} min"
+        when = f"{every}, next {schedule.next_fire_at.isoformat()}" if schedule.next_fire_at else f"{every}, off"
+    state = "enabled" if shown.enabled else "disabled"
+    managed = ", connector's own indexing" if shown.system_managed else ""
+    return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}"
+
+
+def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
+    from pipelines_dagster.api import schemas
+
+    session.flush()
+    session.refresh(pipeline)
+    shown = schemas.PipelineOut.of(pipeline, catalog.schedule_triggers(session, [pipeline.id]).get(pipeline.id))
+    emit(as_json, shown.model_dump(mode="json"), describe(shown))
+
+
+@pipeline.command("update")
+@pipeline_ref
+@click.option("--name", default=None)
+@click.option("--save-to-kb/--no-save-to-kb", default=None, help="Save pages as KB documents, or keep only the raw crawl.")
+@click.option("--folder", default=None, help="Destination KB folder by name (created if missing).")
+@click.option("--folder-id", type=int, default=None, help="Destination KB folder by id.")
+@click.option("--no-folder", is_flag=True, help="Save into the KB root.")
+@click.option("--url", "urls", multiple=True, help="A URL this pipeline crawls instead of its connector's; repeat.")
+@click.option("--no-urls", is_flag=True, help="Crawl the connector's URLs again.")
+@schedule_options
+@click.option("--no-schedule", is_flag=True, help="Remove the schedule; the pipeline runs only when triggered.")
+@click.option("--enable/--disable", "enabled", default=None, help="Switch the pipeline on or off.")
+@retry_options(defaults=False)
+@json_option
+@user_errors
+def pipeline_update(
+    workspace_id: int,
+    pipeline_id: int,
+    name: str | None,
+    save_to_kb: bool | None,
+    folder: str | None,
+    folder_id: int | None,
+    no_folder: bool,
+    urls: tuple[str, ...],
+    no_urls: bool,
+    cron: str | None,
+    timezone: str | None,
+    every_minutes: int | None,
+    no_schedule: bool,
+    enabled: bool | None,
+    retry_backoff: str | None,
+    retry_max: int | None,
+    retry_delay: float | None,
+    as_json: bool,
+) -> None:
+    """Change the options given and leave the rest (any --retry option sets the whole policy)."""
+    schedule = schedule_of(cron, timezone, every_minutes)
+    refuse_both("no_folder", no_folder, folder is not None or folder_id is not None, "--folder or --folder-id")
+    refuse_both("no_urls", no_urls, bool(urls), "--url")
+    refuse_both("no_schedule", no_schedule, schedule is not None, "--cron, --timezone, --every-minutes")
+    changes = catalog.PipelineChanges(
+        name=keep(name),
+        save_to_kb=keep(save_to_kb),
+        enabled=keep(enabled),
+        folder=None if no_folder else keep(folder),
+        folder_id=keep(folder_id),
+        urls=None if no_urls else keep(list(urls) or None),
+        schedule=None if no_schedule else keep(schedule),
+        retry=keep(retry_of(retry_backoff, retry_max, retry_delay)),
+    )
+    with transaction(open_sessions(load_settings())) as session:
+        updated = catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
+        show_pipeline(session, updated, as_json)
+
+
+@pipeline.command("list")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@json_option
+@user_errors
+def pipeline_list(workspace_id: int, as_json: bool) -> None:
+    """The workspace's pipelines, connectors' own periodic indexing included."""
+    from pipelines_dagster.api import schemas
+
+    with open_sessions(load_settings())() as session:
+        catalog.get_workspace(session, workspace_id)
+        pipelines = catalog.list_pipelines(session, workspace_id=workspace_id)
+        listed = schemas.PipelineList.of(pipelines, catalog.schedule_triggers(session, [p.id for p in pipelines]))
+    text = "\n".join(describe(shown) for shown in listed.pipelines) or f"workspace {workspace_id} has no pipelines"
+    emit(as_json, listed.model_dump(mode="json"), text)
+
+
+@pipeline.command("show")
+@pipeline_ref
+@json_option
+@user_errors
+def pipeline_show(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
+    """One pipeline: its settings, schedule and retry policy."""
+    with open_sessions(load_settings())() as session:
+        show_pipeline(session, catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id), as_json)
 
 
 def _set_enabled(workspace_id: int, pipeline_id: int, enabled: bool, as_json: bool) -> None:
@@ -287,12 +468,6 @@ def _set_enabled(workspace_id: int, pipeline_id: int, enabled: bool, as_json: bo
         )
     state = "enabled" if enabled else "disabled"
     emit(as_json, {"id": pipeline_id, "enabled": enabled}, f"pipeline {pipeline_id} {state}")
-
-
-def pipeline_ref(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--workspace ID PIPELINE_ID`: pipelines are always named within their workspace."""
-    command = click.argument("pipeline_id", type=int)(command)
-    return click.option("--workspace", "workspace_id", required=True, type=int)(command)
 
 
 @pipeline.command("enable")
@@ -412,6 +587,36 @@ def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None
     except (RunRefused, DagsterUnavailableError, LaunchFailedError) as exc:
         raise click.ClickException(str(exc)) from None
     emit(as_json, {"id": run_id, "run_id": run_id, "pipeline_id": pipeline_id}, run_id)
+
+
+@main.command("runs")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--pipeline", "pipeline_id", required=True, type=int)
+@click.option("--limit", default=20, show_default=True, type=int, help="Runs per page, 1 to 100.")
+@click.option("--cursor", default=None, help="`next_cursor` of the previous page.")
+@json_option
+@user_errors
+def runs(workspace_id: int, pipeline_id: int, limit: int, cursor: str | None, as_json: bool) -> None:
+    """A pipeline's runs from Dagster, newest first, as the API's run history lists them."""
+    from pipelines_dagster.history import MAX_LIMIT, RunHistory
+    from pipelines_dagster.launch import DAGSTER_URL_ENV
+
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInputError("limit", f"must be from 1 to {MAX_LIMIT}")
+    settings = load_settings()
+    sessions = open_sessions(settings)
+    with sessions() as session:
+        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
+    page = history.list_runs(workspace_id, pipeline_id=pipeline_id, limit=limit, cursor=cursor)
+    lines = [
+        f"{run.run_id}\t{run.status}\t{run.trigger or '-'}\t{run.created_at.isoformat()}"
+        + (f"\t{run.error}" if run.error else "")
+        for run in page.runs
+    ]
+    if page.next_cursor:
+        lines.append(f"more: --cursor {page.next_cursor}")
+    emit(as_json, page.model_dump(mode="json"), "\n".join(lines) or f"pipeline {pipeline_id} has no runs")
 
 
 @main.command("api")

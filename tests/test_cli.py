@@ -326,3 +326,110 @@ def test_event_emit_and_its_bad_input(cli, workspace):
     assert "does not exist" in cli("event", "emit", "--workspace", "999", "--type", "refresh.requested",
                                    ok=False).output
     assert row_counts(cli.engine()) == before
+
+
+def api_fields(model) -> set[str]:
+    return set(model.model_fields)
+
+
+def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspace, connector):
+    from pipelines_dagster.api.schemas import PipelineList, PipelineOut, ScheduleOut
+
+    ws = str(workspace["id"])
+    made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
+    updated = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--name", "docs", "--folder", "Docs",
+                       "--url", "https://example.com/a", "--url", "https://example.com/b", "--every-minutes", "15",
+                       "--retry-backoff", "linear", "--disable")
+    assert set(updated) == api_fields(PipelineOut) and set(updated["schedule"]) == api_fields(ScheduleOut)
+    assert (updated["name"], updated["enabled"], updated["urls"]) == (
+        "docs", False, ["https://example.com/a", "https://example.com/b"])
+    assert updated["schedule"]["every_minutes"] == 15 and updated["folder_id"] is not None
+    assert updated["retry_policy"] == {"backoff": "linear", "max_retries": 3, "delay_seconds": 2.0,
+                                       "description": "linear backoff, up to 3 retries, waiting 2, 4, 6 s"}
+    shown = cli.json("pipeline", "show", "--workspace", ws, str(made["id"]))
+    assert shown == updated
+    listed = cli.json("pipeline", "list", "--workspace", ws)
+    assert set(listed) == api_fields(PipelineList) and listed["pipelines"] == [shown]
+    assert "docs" in cli("pipeline", "show", "--workspace", ws, str(made["id"])).output
+
+    # Only what is given changes; the --no- flags clear.
+    cleared = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--no-folder", "--no-urls",
+                       "--no-schedule", "--enable")
+    assert (cleared["folder_id"], cleared["urls"], cleared["schedule"], cleared["enabled"]) == (None, None, None, True)
+    assert {k: v for k, v in cleared.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}} \
+        == {k: v for k, v in updated.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}}
+    with cli.engine().connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM pipeline_triggers")).scalar_one() == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        (["--name", " "], "--name: must not be empty"),
+        (["--cron", "0 6 * *", "--timezone", "UTC"], "--cron: invalid cron expression"),
+        (["--cron", "0 6 * * *"], "--timezone: a cron schedule needs a timezone"),
+        (["--every-minutes", "5", "--no-schedule"], "--no-schedule: give --cron, --timezone, --every-minutes or"),
+        (["--folder", "X", "--no-folder"], "--no-folder: give --folder or --folder-id or --no-folder, not both"),
+        (["--folder", "X", "--folder-id", "1"], "--folder-id: give folder (a name) or folder_id, not both"),
+        (["--folder-id", "4242"], "--folder-id: folder 4242 is not in workspace"),
+        (["--url", "https://example.com/", "--no-urls"], "--no-urls"),
+        (["--url", "ftp://example.com/"], "--url"),
+        (["--retry-max", "11"], "--retry-max: must be a whole number from 0 to 10"),
+        (["--retry-backoff", "fibonacci"], "--retry-backoff: unknown backoff"),
+    ],
+)
+def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, workspace, connector, extra, reason):
+    ws = str(workspace["id"])
+    made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p",
+                    "--every-minutes", "30")
+    before, shown = row_counts(cli.engine()), cli.json("pipeline", "show", "--workspace", ws, str(made["id"]))
+    result = cli("pipeline", "update", "--workspace", ws, str(made["id"]), "--no-save-to-kb", *extra, ok=False)
+    assert reason in result.output
+    assert row_counts(cli.engine()) == before
+    assert cli.json("pipeline", "show", "--workspace", ws, str(made["id"])) == shown
+
+
+def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
+    ws = str(workspace["id"])
+    own = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler", "--url",
+                   "https://example.com/", "--index-every-minutes", "60")
+    [system_id] = own["pipeline_ids"]
+    before = row_counts(cli.engine())
+    for command in (["update", "--name", "mine"], ["disable"], ["delete"]):
+        result = cli("pipeline", command[0], "--workspace", ws, str(system_id), *command[1:], ok=False)
+        assert "periodic indexing" in result.output
+    assert row_counts(cli.engine()) == before
+    assert cli.json("pipeline", "show", "--workspace", ws, str(system_id))["system_managed"] is True
+
+
+def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, tmp_path):
+    import dagster as dg
+
+    from pipelines_dagster.history import RunPage, PipelineRunView
+    from pipelines_dagster.runs import run_tags
+
+    ws = workspace["id"]
+    made = cli.json("pipeline", "create", "--workspace", str(ws), "--connector", str(connector["id"]), "--name", "p")
+
+    @dg.asset
+    def noop() -> None:
+        pass
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
+        run_ids = [
+            dg.materialize([noop], instance=instance,
+                           tags=run_tags(pipeline_id=made["id"], workspace_id=ws, trigger="manual")).run_id
+            for _ in range(2)
+        ]
+    first = cli.json("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--limit", "1")
+    assert set(first) == set(RunPage.model_fields) and set(first["runs"][0]) == set(PipelineRunView.model_fields)
+    assert [run["run_id"] for run in first["runs"]] == [run_ids[1]] and first["runs"][0]["status"] == "succeeded"
+    rest = cli.json("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--cursor", first["next_cursor"])
+    assert [run["run_id"] for run in rest["runs"]] == [run_ids[0]] and rest["next_cursor"] is None
+    assert run_ids[0] in cli("runs", "--workspace", str(ws), "--pipeline", str(made["id"])).output
+
+    other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
+    refused = cli("runs", "--workspace", str(other["id"]), "--pipeline", str(made["id"]), ok=False)
+    assert f"pipeline {made['id']} is not in workspace {other['id']}" in refused.output
+    assert "--limit" in cli("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--limit", "0",
+                            ok=False).output

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from pipelines_dagster.api.schemas import ErrorResponse, FieldError, ValidationErrorResponse
-from pipelines_dagster.core.catalog import NotFoundError
+from pipelines_dagster.core.catalog import NotFoundError, SystemManagedError
 from pipelines_dagster.core.run_engine import RunRefused
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError
@@ -98,7 +98,7 @@ async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
     return _detail(status.HTTP_404_NOT_FOUND, str(exc))
 
 
-async def _refused(request: Request, exc: RunRefused) -> JSONResponse:
+async def _conflict(request: Request, exc: RunRefused | SystemManagedError) -> JSONResponse:
     return _detail(status.HTTP_409_CONFLICT, str(exc))
 
 
@@ -173,7 +173,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _request_invalid)
     app.add_exception_handler(InvalidInputError, _input_invalid)
     app.add_exception_handler(NotFoundError, _not_found)
-    app.add_exception_handler(RunRefused, _refused)
+    app.add_exception_handler(RunRefused, _conflict)
+    app.add_exception_handler(SystemManagedError, _conflict)
     app.add_exception_handler(DagsterUnavailableError, _dagster_unavailable)
     app.add_exception_handler(LaunchFailedError, _launch_failed)
     app.add_exception_handler(sa.exc.OperationalError, _database_unreachable)

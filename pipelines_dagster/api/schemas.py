@@ -10,6 +10,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
+from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
+from pipelines_dagster.core.catalog import PipelineChanges, initial_urls
 from pipelines_dagster.core.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
@@ -19,7 +21,7 @@ from pipelines_dagster.core.retry import (
     RetryPolicy,
     validate_retry_policy,
 )
-from pipelines_dagster.core.schedule import validate_cron, validate_timezone
+from pipelines_dagster.core.schedule import ScheduleSpec, validate_cron, validate_timezone
 from pipelines_dagster.core.validation import InvalidInputError, validate_name, validate_urls
 
 # The largest integer every JSON client reads exactly; row ids stay far below it, and
@@ -88,6 +90,9 @@ class Schedule(BaseModel):
     timezone: Timezone | None = None
     every_minutes: EveryMinutes | None = None
 
+    def spec(self) -> ScheduleSpec:
+        return ScheduleSpec(cron=self.cron, timezone=self.timezone, every_minutes=self.every_minutes)
+
 
 class RetryPolicyIn(BaseModel):
     """How a failed crawl is retried: retry n waits delay_seconds × n (linear) or × 2^(n-1) (exponential)."""
@@ -107,6 +112,15 @@ class RetryPolicyOut(BaseModel):
     max_retries: int
     delay_seconds: float
     description: str = Field(description="The policy in words, with the first waits.")
+
+    @classmethod
+    def of(cls, policy: RetryPolicy) -> RetryPolicyOut:
+        return cls(
+            backoff=policy.backoff.value,
+            max_retries=policy.max_retries,
+            delay_seconds=policy.delay_seconds,
+            description=policy.describe(),
+        )
 
 
 class PipelineCreate(BaseModel):
@@ -147,6 +161,15 @@ class PipelineUpdate(BaseModel):
             raise PydanticCustomError("not_null", "must not be null; leave the field out to keep its value")
         return value
 
+    def changes(self) -> PipelineChanges:
+        """The catalog's changes: a field left out of the body keeps its value."""
+        given = {name: getattr(self, name) for name in self.model_fields_set}
+        if "schedule" in given:
+            given["schedule"] = self.schedule.spec() if self.schedule is not None else None
+        if "retry_policy" in given:
+            given["retry"] = given.pop("retry_policy").policy()
+        return PipelineChanges(**given)
+
 
 class ScheduleOut(BaseModel):
     cron: str | None
@@ -155,6 +178,17 @@ class ScheduleOut(BaseModel):
     enabled: bool
     next_fire_at: datetime | None
     disabled_reason: str | None
+
+    @classmethod
+    def of(cls, trigger: PipelineTrigger) -> ScheduleOut:
+        return cls(
+            cron=trigger.cron,
+            timezone=trigger.timezone,
+            every_minutes=trigger.interval_minutes,
+            enabled=trigger.enabled,
+            next_fire_at=trigger.next_fire_at,
+            disabled_reason=trigger.disabled_reason,
+        )
 
 
 class PipelineOut(BaseModel):
@@ -172,9 +206,31 @@ class PipelineOut(BaseModel):
     created_at: datetime
     updated_at: datetime
 
+    @classmethod
+    def of(cls, pipeline: Pipeline, schedule: PipelineTrigger | None) -> PipelineOut:
+        return cls(
+            id=pipeline.id,
+            workspace_id=pipeline.workspace_id,
+            connector_id=pipeline.connector_id,
+            name=pipeline.name,
+            save_to_kb=pipeline.save_to_kb,
+            folder_id=pipeline.destination_folder_id,
+            enabled=pipeline.enabled,
+            system_managed=pipeline.system_managed,
+            urls=initial_urls(pipeline),
+            schedule=None if schedule is None else ScheduleOut.of(schedule),
+            retry_policy=RetryPolicyOut.of(RetryPolicy.of(pipeline)),
+            created_at=pipeline.created_at,
+            updated_at=pipeline.updated_at,
+        )
+
 
 class PipelineList(BaseModel):
     pipelines: list[PipelineOut]
+
+    @classmethod
+    def of(cls, pipelines: list[Pipeline], schedules: dict[int, PipelineTrigger]) -> PipelineList:
+        return cls(pipelines=[PipelineOut.of(pipeline, schedules.get(pipeline.id)) for pipeline in pipelines])
 
 
 class RunLaunched(BaseModel):

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -26,20 +29,32 @@ from pipelines_dagster.app_db.models import (
 )
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.retry import RetryPolicy
-from pipelines_dagster.core.schedule import (
-    next_cron_fire,
-    next_interval_fire,
-    validate_cron,
-    validate_interval,
-    validate_timezone,
-)
+from pipelines_dagster.core.schedule import ScheduleSpec, validate_interval
 from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_name, validate_urls
 
 TOKEN_PREFIX = "pdk_"
+URLS_KEY = "INITIAL_URLS"
+
+T = TypeVar("T")
 
 
 class NotFoundError(LookupError):
     """A referenced row does not exist (or is not in the caller's workspace)."""
+
+
+class SystemManagedError(Exception):
+    """The pipeline is a connector's own periodic indexing: it follows the connector, not edits."""
+
+
+def initial_urls(row: Connector | Pipeline) -> list[str] | None:
+    """The URLs a connector crawls, or a pipeline's own that replace its connector's."""
+    return row.config.get(URLS_KEY)
+
+
+def set_initial_urls(row: Connector | Pipeline, urls: list[str] | None) -> None:
+    # A new dict, so the JSON column is seen as changed.
+    config = {key: value for key, value in row.config.items() if key != URLS_KEY}
+    row.config = config if urls is None else {**config, URLS_KEY: urls}
 
 
 def hash_token(token: str) -> str:
@@ -94,19 +109,18 @@ def create_connector(
     if index_every_minutes is not None:
         validate_interval(index_every_minutes, field="index_every_minutes")
     kind = validate_choice(ConnectorType, connector_type, field="type", what="connector type")
-    config: dict[str, object] = {}
-    if kind is ConnectorType.WEBCRAWLER:
-        config["INITIAL_URLS"] = validate_urls(urls or [], field="url")
-    elif urls:
+    if kind is not ConnectorType.WEBCRAWLER and urls:
         raise InvalidInputError("url", f"a {kind.value} connector takes no URLs")
     connector = Connector(
         workspace_id=workspace_id,
         connector_type=kind.value,
         name=validate_name(name) if name else f"{kind.value} connector",
-        config=config,
+        config={},
         periodic_indexing_enabled=index_every_minutes is not None,
         indexing_frequency_minutes=index_every_minutes,
     )
+    if kind is ConnectorType.WEBCRAWLER:
+        set_initial_urls(connector, validate_urls(urls or [], field="url"))
     session.add(connector)
     session.flush()
     if index_every_minutes is not None:
@@ -130,17 +144,11 @@ def _create_default_pipeline(
     )
     session.add(pipeline)
     session.flush()
-    next_fire = next_interval_fire(connector.indexing_frequency_minutes, after=now)
-    session.add(
-        PipelineTrigger(
-            workspace_id=workspace.id,
-            pipeline_id=pipeline.id,
-            kind=TriggerKind.SCHEDULE.value,
-            interval_minutes=connector.indexing_frequency_minutes,
-            next_fire_at=next_fire,
-        )
+    trigger = set_schedule(
+        session, pipeline, ScheduleSpec(every_minutes=connector.indexing_frequency_minutes), now=now
     )
-    connector.next_scheduled_at = next_fire
+    assert trigger is not None
+    connector.next_scheduled_at = trigger.next_fire_at
     session.flush()
     return pipeline
 
@@ -160,12 +168,8 @@ def reconcile_connector_indexing(session: Session, connector_id: int, *, now: da
     if connector is None:
         return
     trigger = session.scalar(
-        sa.select(PipelineTrigger)
-        .join(Pipeline, PipelineTrigger.pipeline_id == Pipeline.id)
-        .where(
-            Pipeline.connector_id == connector_id,
-            Pipeline.system_managed.is_(True),
-            PipelineTrigger.kind == TriggerKind.SCHEDULE.value,
+        _schedule_triggers().join(Pipeline, PipelineTrigger.pipeline_id == Pipeline.id).where(
+            Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True)
         )
     )
     if trigger is None:
@@ -186,44 +190,51 @@ def reconcile_connector_indexing(session: Session, connector_id: int, *, now: da
         connector.periodic_indexing_enabled = False
         connector.next_scheduled_at = None
     elif not owned and not trigger.enabled and trigger.disabled_reason == DEDUP_REASON:
-        assert trigger.interval_minutes is not None
         trigger.enabled = True
         trigger.disabled_reason = None
-        trigger.next_fire_at = next_interval_fire(trigger.interval_minutes, after=now or datetime.now(UTC))
+        trigger.next_fire_at = ScheduleSpec.of(trigger).next_fire_after(now or datetime.now(UTC))
         connector.periodic_indexing_enabled = True
         connector.next_scheduled_at = trigger.next_fire_at
     session.flush()
 
 
-@dataclass(frozen=True, kw_only=True)
-class ScheduleSpec:
-    """Either a cron expression with its timezone, or a fixed interval."""
+def _schedule_triggers() -> sa.Select:
+    return sa.select(PipelineTrigger).where(PipelineTrigger.kind == TriggerKind.SCHEDULE.value)
 
-    cron: str | None = None
-    timezone: str | None = None
-    every_minutes: int | None = None
 
-    def validated(self) -> ScheduleSpec:
-        if self.cron is not None and self.every_minutes is not None:
-            raise InvalidInputError("cron", "give either a cron expression or an interval, not both")
-        if self.cron is not None:
-            if self.timezone is None:
-                raise InvalidInputError(
-                    "timezone", "a cron schedule needs a timezone, e.g. UTC or Europe/Stockholm"
-                )
-            validate_timezone(self.timezone)
-            return ScheduleSpec(cron=validate_cron(self.cron), timezone=self.timezone)
-        if self.timezone is not None:
-            raise InvalidInputError("timezone", "a timezone only goes with a cron expression")
-        if self.every_minutes is not None:
-            return ScheduleSpec(every_minutes=validate_interval(self.every_minutes))
-        raise InvalidInputError("cron", "give a cron expression with a timezone, or an interval")
+def schedule_triggers(session: Session, pipeline_ids: Iterable[int]) -> dict[int, PipelineTrigger]:
+    """Each pipeline's schedule trigger (a pipeline has at most one), by pipeline id."""
+    rows = session.scalars(_schedule_triggers().where(PipelineTrigger.pipeline_id.in_(list(pipeline_ids))))
+    return {trigger.pipeline_id: trigger for trigger in rows}
 
-    def next_fire_after(self, moment: datetime) -> datetime:
-        if self.cron is not None and self.timezone is not None:
-            return next_cron_fire(self.cron, self.timezone, after=moment)
-        assert self.every_minutes is not None
-        return next_interval_fire(self.every_minutes, after=moment)
+
+def set_schedule(
+    session: Session, pipeline: Pipeline, spec: ScheduleSpec | None, *, now: datetime
+) -> PipelineTrigger | None:
+    """Make the pipeline's schedule trigger say `spec` (validated): created, changed, or removed for None.
+
+    An unchanged schedule keeps its next fire time, so re-saving a pipeline does not move it; a
+    changed one gets a new one, except on a switched-off trigger, which keeps none.
+    """
+    trigger = schedule_triggers(session, [pipeline.id]).get(pipeline.id)
+    if spec is None:
+        if trigger is not None:
+            session.delete(trigger)
+        return None
+    if trigger is None:
+        trigger = PipelineTrigger(
+            workspace_id=pipeline.workspace_id,
+            pipeline_id=pipeline.id,
+            kind=TriggerKind.SCHEDULE.value,
+            enabled=True,
+        )
+        session.add(trigger)
+    elif ScheduleSpec.of(trigger) == spec:
+        return trigger
+    trigger.cron, trigger.timezone, trigger.interval_minutes = spec.cron, spec.timezone, spec.every_minutes
+    trigger.next_fire_at = spec.next_fire_after(now) if trigger.enabled else None
+    session.flush()
+    return trigger
 
 
 def get_or_create_folder(session: Session, *, workspace_id: int, name: str) -> Folder:
@@ -240,6 +251,98 @@ def get_or_create_folder(session: Session, *, workspace_id: int, name: str) -> F
     return folder
 
 
+
+
+class Keep(Enum):
+    """The value of a `PipelineChanges` field that was not given: the pipeline keeps what it has."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineChanges:
+    """What `update_pipeline` changes: only the fields given. None clears a folder, URLs or a schedule."""
+
+    name: str | Keep = KEEP
+    save_to_kb: bool | Keep = KEEP
+    enabled: bool | Keep = KEEP
+    folder: str | None | Keep = KEEP
+    """A folder at the KB root by name, created when missing; None is the root itself."""
+    folder_id: int | None | Keep = KEEP
+    urls: list[str] | None | Keep = KEEP
+    """The pipeline's own URLs; None crawls its connector's."""
+    schedule: ScheduleSpec | None | Keep = KEEP
+    retry: RetryPolicy | Keep = KEEP
+
+
+def _given(value: T | Keep) -> T | None:
+    return None if value is KEEP else value
+
+
+def _connector(session: Session, workspace_id: int, connector_id: int) -> Connector:
+    connector = session.get(Connector, connector_id)
+    if connector is None or connector.workspace_id != workspace_id:
+        # A body field that points nowhere: invalid input, as any other bad value of the request.
+        raise InvalidInputError("connector_id", f"connector {connector_id} is not in workspace {workspace_id}")
+    if not is_pipeline_eligible(connector.connector_type):
+        raise InvalidInputError("connector_id", ineligible_reason(connector.connector_type))
+    return connector
+
+
+def _free_name(session: Session, workspace_id: int, name: str, *, pipeline_id: int | None = None) -> str:
+    pipeline_name = validate_name(name)
+    same_name = sa.select(Pipeline.id).where(Pipeline.workspace_id == workspace_id, Pipeline.name == pipeline_name)
+    if pipeline_id is not None:
+        same_name = same_name.where(Pipeline.id != pipeline_id)
+    if session.scalar(same_name):
+        raise InvalidInputError("name", f"workspace {workspace_id} already has a pipeline named {pipeline_name!r}")
+    return pipeline_name
+
+
+def _one_folder(folder_given: bool, folder_id_given: bool) -> None:
+    if folder_given and folder_id_given:
+        raise InvalidInputError("folder_id", "give folder (a name) or folder_id, not both")
+
+
+def _destination(session: Session, workspace_id: int, *, folder: str | None, folder_id: int | None) -> int | None:
+    """The destination folder's id, None for the KB root."""
+    if folder is not None:
+        return get_or_create_folder(session, workspace_id=workspace_id, name=folder).id
+    if folder_id is None:
+        return None
+    found = session.get(Folder, folder_id)
+    if found is None or found.workspace_id != workspace_id:
+        raise InvalidInputError("folder_id", f"folder {folder_id} is not in workspace {workspace_id}")
+    return found.id
+
+
+def _own_urls(connector: Connector | None, urls: list[str]) -> list[str]:
+    if connector is None or connector.connector_type != ConnectorType.WEBCRAWLER.value:
+        kind = connector.connector_type if connector else "uploads"
+        raise InvalidInputError("urls", f"a {kind} pipeline crawls no URLs; leave urls out")
+    return validate_urls(urls, field="urls")
+
+
+def _checked_schedule(spec: ScheduleSpec) -> ScheduleSpec:
+    """The rules for a schedule as a whole, reported under `schedule.` as the API names the fields."""
+    try:
+        return spec.validated()
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"schedule.{exc.field}", exc.message) from None
+
+
+def _editable(pipeline: Pipeline) -> Pipeline:
+    if pipeline.system_managed:
+        raise SystemManagedError(
+            f"pipeline {pipeline.id} is connector {pipeline.connector_id}'s own periodic indexing; "
+            "it follows the connector and cannot be changed or deleted here"
+        )
+    return pipeline
+
+
 def create_pipeline(
     session: Session,
     *,
@@ -248,57 +351,73 @@ def create_pipeline(
     name: str,
     save_to_kb: bool = True,
     folder_name: str | None = None,
+    folder_id: int | None = None,
+    urls: list[str] | None = None,
     schedule: ScheduleSpec | None = None,
     enabled: bool = True,
     created_by: str | None = None,
     retry: RetryPolicy | None = None,
     now: datetime | None = None,
 ) -> Pipeline:
+    """A user pipeline over a connector of the workspace (None: uploads), checked as a whole first."""
     workspace = get_workspace(session, workspace_id)
-    pipeline_name = validate_name(name)
-    spec = schedule.validated() if schedule is not None else None
-    if connector_id is not None:
-        connector = session.get(Connector, connector_id)
-        if connector is None or connector.workspace_id != workspace_id:
-            raise NotFoundError(f"connector {connector_id} is not in workspace {workspace_id}")
-        if not is_pipeline_eligible(connector.connector_type):
-            raise InvalidInputError("connector_id", ineligible_reason(connector.connector_type))
-    if session.scalar(
-        sa.select(Pipeline.id).where(Pipeline.workspace_id == workspace_id, Pipeline.name == pipeline_name)
-    ):
-        raise InvalidInputError("name", f"workspace {workspace_id} already has a pipeline named {pipeline_name!r}")
-    folder = (
-        get_or_create_folder(session, workspace_id=workspace_id, name=folder_name)
-        if folder_name is not None
-        else None
-    )
+    connector = _connector(session, workspace_id, connector_id) if connector_id is not None else None
+    pipeline_name = _free_name(session, workspace_id, name)
+    spec = _checked_schedule(schedule) if schedule is not None else None
+    own_urls = _own_urls(connector, urls) if urls is not None else None
+    _one_folder(folder_name is not None, folder_id is not None)
     pipeline = Pipeline(
         workspace_id=workspace_id,
         connector_id=connector_id,
         name=pipeline_name,
         save_to_kb=save_to_kb,
-        destination_folder_id=folder.id if folder else None,
+        destination_folder_id=_destination(session, workspace_id, folder=folder_name, folder_id=folder_id),
         enabled=enabled,
         created_by=created_by or workspace.owner_user_id,
+        config={},
     )
+    set_initial_urls(pipeline, own_urls)
     (retry or RetryPolicy()).apply_to(pipeline)
     session.add(pipeline)
     session.flush()
+    moment = now or datetime.now(UTC)
     if spec is not None:
-        session.add(
-            PipelineTrigger(
-                workspace_id=workspace_id,
-                pipeline_id=pipeline.id,
-                kind=TriggerKind.SCHEDULE.value,
-                cron=spec.cron,
-                timezone=spec.timezone,
-                interval_minutes=spec.every_minutes,
-                next_fire_at=spec.next_fire_after(now or datetime.now(UTC)),
-            )
-        )
-        session.flush()
+        set_schedule(session, pipeline, spec, now=moment)
     if connector_id is not None:
-        reconcile_connector_indexing(session, connector_id, now=now)
+        reconcile_connector_indexing(session, connector_id, now=moment)
+    return pipeline
+
+
+def update_pipeline(
+    session: Session, *, workspace_id: int, pipeline_id: int, changes: PipelineChanges, now: datetime | None = None
+) -> Pipeline:
+    """Change what `changes` gives and nothing else; a connector's own indexing pipeline is refused.
+
+    Enabling or disabling runs the de-dup guard; a changed schedule gets a new next fire time.
+    """
+    pipeline = _editable(get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id))
+    moment = now or datetime.now(UTC)
+    _one_folder(changes.folder is not KEEP, changes.folder_id is not KEEP)
+    if not isinstance(changes.name, Keep):
+        pipeline.name = _free_name(session, workspace_id, changes.name, pipeline_id=pipeline.id)
+    if not isinstance(changes.save_to_kb, Keep):
+        pipeline.save_to_kb = changes.save_to_kb
+    if changes.folder is not KEEP or changes.folder_id is not KEEP:
+        pipeline.destination_folder_id = _destination(
+            session, workspace_id, folder=_given(changes.folder), folder_id=_given(changes.folder_id)
+        )
+    if not isinstance(changes.urls, Keep):
+        set_initial_urls(pipeline, None if changes.urls is None else _own_urls(pipeline.connector, changes.urls))
+    if not isinstance(changes.schedule, Keep):
+        spec = None if changes.schedule is None else _checked_schedule(changes.schedule)
+        set_schedule(session, pipeline, spec, now=moment)
+    if not isinstance(changes.retry, Keep):
+        changes.retry.apply_to(pipeline)
+    if not isinstance(changes.enabled, Keep):
+        pipeline.enabled = changes.enabled
+    session.flush()
+    if not isinstance(changes.enabled, Keep) and pipeline.connector_id is not None:
+        reconcile_connector_indexing(session, pipeline.connector_id, now=moment)
     return pipeline
 
 
@@ -309,21 +428,25 @@ def get_pipeline(session: Session, *, workspace_id: int, pipeline_id: int) -> Pi
     return pipeline
 
 
+def list_pipelines(session: Session, *, workspace_id: int) -> list[Pipeline]:
+    """The workspace's pipelines by id, connectors' own periodic indexing included."""
+    return list(
+        session.scalars(sa.select(Pipeline).where(Pipeline.workspace_id == workspace_id).order_by(Pipeline.id))
+    )
+
+
 def set_pipeline_enabled(
     session: Session, *, workspace_id: int, pipeline_id: int, enabled: bool, now: datetime | None = None
 ) -> Pipeline:
-    pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    pipeline.enabled = enabled
-    session.flush()
-    if pipeline.connector_id is not None:
-        reconcile_connector_indexing(session, pipeline.connector_id, now=now)
-    return pipeline
+    return update_pipeline(
+        session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=PipelineChanges(enabled=enabled), now=now
+    )
 
 
 def delete_pipeline(
     session: Session, *, workspace_id: int, pipeline_id: int, now: datetime | None = None
 ) -> None:
-    pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    pipeline = _editable(get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id))
     connector_id = pipeline.connector_id
     session.delete(pipeline)
     session.flush()

@@ -1,12 +1,17 @@
 """Cron and interval schedules: validation and next fire times, in the schedule's timezone.
 
+`ScheduleSpec` is the one next-fire computation: new triggers, edited ones, restored ones and
+the scheduler's tick all go through `ScheduleSpec.next_fire_after`.
+
 croniter is imported by the functions that use it: run processes load this module with the
 code location and never evaluate a cron; sensors and the CLI/API do.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pipelines_dagster.core.validation import InvalidInputError
@@ -50,3 +55,46 @@ def validate_interval(every_minutes: int, *, field: str = "every_minutes") -> in
     if every_minutes < 1:
         raise InvalidInputError(field, "must be a whole number of minutes, 1 or more")
     return every_minutes
+
+
+class ScheduleColumns(Protocol):
+    """A schedule as stored: the columns of a schedule trigger row."""
+
+    cron: str | None
+    timezone: str | None
+    interval_minutes: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSpec:
+    """Either a cron expression with its timezone, or a fixed interval."""
+
+    cron: str | None = None
+    timezone: str | None = None
+    every_minutes: int | None = None
+
+    @classmethod
+    def of(cls, row: ScheduleColumns) -> ScheduleSpec:
+        return cls(cron=row.cron, timezone=row.timezone, every_minutes=row.interval_minutes)
+
+    def validated(self) -> ScheduleSpec:
+        if self.cron is not None and self.every_minutes is not None:
+            raise InvalidInputError("cron", "give either a cron expression or an interval, not both")
+        if self.cron is not None:
+            if self.timezone is None:
+                raise InvalidInputError(
+                    "timezone", "a cron schedule needs a timezone, e.g. UTC or Europe/Stockholm"
+                )
+            validate_timezone(self.timezone)
+            return ScheduleSpec(cron=validate_cron(self.cron), timezone=self.timezone)
+        if self.timezone is not None:
+            raise InvalidInputError("timezone", "a timezone only goes with a cron expression")
+        if self.every_minutes is not None:
+            return ScheduleSpec(every_minutes=validate_interval(self.every_minutes))
+        raise InvalidInputError("cron", "give a cron expression with a timezone, or an interval")
+
+    def next_fire_after(self, moment: datetime) -> datetime:
+        if self.cron is not None and self.timezone is not None:
+            return next_cron_fire(self.cron, self.timezone, after=moment)
+        assert self.every_minutes is not None
+        return next_interval_fire(self.every_minutes, after=moment)

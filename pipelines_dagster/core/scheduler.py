@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, TriggerKind
-from pipelines_dagster.core.schedule import next_cron_fire, next_interval_fire, validate_cron, validate_timezone
+from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.runs import Trigger, run_tags, schedule_run_key, schedule_tags
 
@@ -46,14 +46,11 @@ class Fire:
 
 
 def next_fire(trigger: PipelineTrigger, *, after: datetime) -> datetime:
-    """The trigger's next fire time after `after`; InvalidInputError when its schedule cannot fire."""
-    if trigger.cron is not None:
-        validate_cron(trigger.cron)
-        validate_timezone(trigger.timezone or "")
-        return next_cron_fire(trigger.cron, trigger.timezone, after=after)
-    if trigger.interval_minutes is not None and trigger.interval_minutes > 0:
-        return next_interval_fire(trigger.interval_minutes, after=after)
-    raise InvalidInputError("schedule", "the trigger has neither a cron expression nor an interval")
+    """The trigger's next fire time after `after`; InvalidInputError when its schedule cannot fire.
+
+    A row may have been written by hand or by an older release, so it is validated like new input.
+    """
+    return ScheduleSpec.of(trigger).validated().next_fire_after(after)
 
 
 def _advance(trigger: PipelineTrigger, now: datetime) -> bool:

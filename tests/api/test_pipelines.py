@@ -309,3 +309,28 @@ def test_unknown_methods_name_the_allowed_ones(client, tenant):
     assert response.status_code == 405
     assert response.headers["Allow"] == "GET, PUT, DELETE"
     assert response.json() == {"detail": "Method Not Allowed"}
+
+
+def test_the_cli_refuses_another_workspaces_connector_as_the_api_does(
+    client, app_engine, instance, monkeypatch, tmp_path, tenant, other
+):
+    from click.testing import CliRunner
+
+    from pipelines_dagster.cli import main
+
+    before = row_counts(app_engine)
+    [error] = client.post(
+        tenant.pipelines, headers=tenant.headers, json={"name": "p", "connector_id": other.connector_id}
+    ).json()["detail"]
+    monkeypatch.setenv("PIPELINES_DATABASE_URL", app_engine.url.render_as_string(hide_password=False))
+    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "cli-data"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "cli-dagster-home"))
+    result = CliRunner().invoke(
+        main,
+        ["pipeline", "create", "--workspace", str(tenant.workspace_id), "--connector", str(other.connector_id),
+         "--name", "p"],
+    )
+    assert error == {"field": "connector_id",
+                     "message": f"connector {other.connector_id} is not in workspace {tenant.workspace_id}"}
+    assert result.exit_code == 1 and result.output == f"Error: --connector: {error['message']}\n"
+    assert row_counts(app_engine) == before

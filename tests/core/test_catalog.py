@@ -1,14 +1,18 @@
-"""The de-dup guard: one scheduler per connector, restored symmetrically."""
+"""The de-dup guard (one scheduler per connector, restored symmetrically) and the pipeline-editing rules."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.retry import RetryPolicy, validate_retry_policy
+from pipelines_dagster.core.schedule import ScheduleSpec
+from pipelines_dagster.core.validation import InvalidInputError
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -138,3 +142,143 @@ def test_a_pipeline_over_an_ineligible_connector_type_is_refused_and_nothing_is_
         assert session.scalar(
             sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.workspace_id == workspace_id)
         ) == before
+
+
+# Pipeline editing: the rules the CLI and the API share.
+
+def snapshot(sessions, pipeline_id: int) -> dict:
+    """What a pipeline says about itself, with its schedule's columns."""
+    with sessions() as session:
+        pipeline = session.get(Pipeline, pipeline_id)
+        trigger = catalog.schedule_triggers(session, [pipeline_id]).get(pipeline_id)
+        return {
+            "name": pipeline.name, "save_to_kb": pipeline.save_to_kb, "enabled": pipeline.enabled,
+            "folder_id": pipeline.destination_folder_id, "urls": catalog.initial_urls(pipeline),
+            "retry": RetryPolicy.of(pipeline),
+            "schedule": None if trigger is None else (ScheduleSpec.of(trigger), trigger.next_fire_at),
+        }
+
+
+def update(sessions, workspace_id: int, pipeline_id: int, now: datetime = NOW, **changes) -> None:
+    with transaction(sessions) as session:
+        catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id,
+                                changes=catalog.PipelineChanges(**changes), now=now)
+
+
+def refused(sessions, workspace_id: int, pipeline_id: int, **changes) -> InvalidInputError:
+    before = snapshot(sessions, pipeline_id)
+    with pytest.raises(InvalidInputError) as caught:
+        update(sessions, workspace_id, pipeline_id, **changes)
+    assert snapshot(sessions, pipeline_id) == before
+    return caught.value
+
+
+@pytest.fixture
+def workspace_and_connector(sessions) -> tuple[int, int]:
+    with transaction(sessions) as session:
+        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
+        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
+                                             urls=["https://example.com/"])
+        return workspace.id, connector.id
+
+
+def test_create_takes_a_folder_id_urls_a_schedule_and_a_retry_policy(sessions, workspace_and_connector):
+    workspace_id, connector_id = workspace_and_connector
+    policy = validate_retry_policy(backoff="linear", max_retries=5, delay_seconds=30)
+    with transaction(sessions) as session:
+        folder_id = catalog.get_or_create_folder(session, workspace_id=workspace_id, name="Docs").id
+        pipeline_id = catalog.create_pipeline(
+            session, workspace_id=workspace_id, connector_id=connector_id, name="docs", folder_id=folder_id,
+            urls=["https://example.com/a", "https://example.com/a"], schedule=ScheduleSpec(every_minutes=15),
+            retry=policy, now=NOW,
+        ).id
+    assert snapshot(sessions, pipeline_id) == {
+        "name": "docs", "save_to_kb": True, "enabled": True, "folder_id": folder_id,
+        "urls": ["https://example.com/a"], "retry": policy,
+        "schedule": (ScheduleSpec(every_minutes=15), NOW + timedelta(minutes=15)),
+    }
+
+
+def test_update_changes_only_what_is_given_and_none_clears(sessions, workspace_and_connector):
+    workspace_id, connector_id = workspace_and_connector
+    with transaction(sessions) as session:
+        pipeline_id = catalog.create_pipeline(
+            session, workspace_id=workspace_id, connector_id=connector_id, name="docs", folder_name="Docs",
+            urls=["https://example.com/a"], schedule=ScheduleSpec(cron="0 6 * * *", timezone="UTC"), now=NOW,
+        ).id
+    created = snapshot(sessions, pipeline_id)
+    update(sessions, workspace_id, pipeline_id, name="renamed")
+    assert snapshot(sessions, pipeline_id) == {**created, "name": "renamed"}
+    later = NOW + timedelta(days=3)
+    # Re-saving the same schedule (spelled differently) keeps its next fire time; a new one moves it.
+    update(sessions, workspace_id, pipeline_id, later, schedule=ScheduleSpec(cron="0  6 * * *", timezone="UTC"))
+    assert snapshot(sessions, pipeline_id)["schedule"] == created["schedule"]
+    update(sessions, workspace_id, pipeline_id, later, schedule=ScheduleSpec(every_minutes=10),
+           retry=validate_retry_policy(max_retries=0))
+    changed = snapshot(sessions, pipeline_id)
+    assert changed["schedule"] == (ScheduleSpec(every_minutes=10), later + timedelta(minutes=10))
+    assert changed["retry"].max_retries == 0
+    update(sessions, workspace_id, pipeline_id, folder=None, urls=None, schedule=None, save_to_kb=False)
+    assert snapshot(sessions, pipeline_id) == {
+        **changed, "folder_id": None, "urls": None, "schedule": None, "save_to_kb": False
+    }
+    update(sessions, workspace_id, pipeline_id, folder="Docs")
+    assert snapshot(sessions, pipeline_id)["folder_id"] == created["folder_id"]
+
+
+def test_update_rules_refuse_with_the_field_and_write_nothing(sessions, workspace_and_connector):
+    workspace_id, connector_id = workspace_and_connector
+    with transaction(sessions) as session:
+        other = catalog.create_workspace(session, name="globex", owner_user_id="v").workspace.id
+        foreign_folder = catalog.get_or_create_folder(session, workspace_id=other, name="Theirs").id
+        drive = Connector(workspace_id=workspace_id, name="drive", connector_type="google_drive")
+        session.add(drive)
+        session.flush()
+        drive_id = drive.id
+    first = user_pipeline(sessions, workspace_id, connector_id, "first")
+    second = user_pipeline(sessions, workspace_id, connector_id, "second")
+    on_drive = user_pipeline(sessions, workspace_id, drive_id, "drive")
+    # Keeping one's own name is no clash.
+    update(sessions, workspace_id, second, name="second")
+    cases = [
+        (second, {"name": "first", "folder": "New"}, "name"),
+        (second, {"name": " "}, "name"),
+        (second, {"folder": "Docs", "folder_id": None}, "folder_id"),
+        (second, {"folder_id": foreign_folder}, "folder_id"),
+        (second, {"urls": []}, "urls"),
+        (on_drive, {"urls": ["https://example.com/"], "name": "renamed"}, "urls"),
+        (second, {"schedule": ScheduleSpec(cron="0 6 * * *")}, "schedule.timezone"),
+        (second, {"schedule": ScheduleSpec(cron="0 6 * * *", timezone="UTC", every_minutes=5)}, "schedule.cron"),
+        (second, {"schedule": ScheduleSpec(every_minutes=0)}, "schedule.every_minutes"),
+    ]
+    for pipeline_id, changes, field in cases:
+        assert refused(sessions, workspace_id, pipeline_id, **changes).field == field, changes
+    with pytest.raises(catalog.NotFoundError):
+        update(sessions, other, first, name="stolen")
+
+
+def test_a_connector_of_another_workspace_is_invalid_input_on_connector_id(sessions, workspace_and_connector):
+    _, connector_id = workspace_and_connector
+    with transaction(sessions) as session:
+        other = catalog.create_workspace(session, name="globex", owner_user_id="v").workspace.id
+    with pytest.raises(InvalidInputError) as caught, transaction(sessions) as session:
+        catalog.create_pipeline(session, workspace_id=other, connector_id=connector_id, name="steal")
+    assert (caught.value.field, caught.value.message) == (
+        "connector_id", f"connector {connector_id} is not in workspace {other}"
+    )
+
+
+def test_the_connectors_own_indexing_pipeline_is_refused_by_every_edit(sessions):
+    workspace_id, connector_id = connector_with_own_indexing(sessions)
+    system_id = own_schedule(sessions, connector_id)[0].pipeline_id
+    before = snapshot(sessions, system_id)
+    for edit in (
+        lambda session: catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=system_id,
+                                                changes=catalog.PipelineChanges(name="mine")),
+        lambda session: catalog.set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=system_id,
+                                                     enabled=False),
+        lambda session: catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=system_id),
+    ):
+        with pytest.raises(catalog.SystemManagedError, match="periodic indexing"), transaction(sessions) as session:
+            edit(session)
+    assert snapshot(sessions, system_id) == before

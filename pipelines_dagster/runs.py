@@ -43,6 +43,7 @@ UI_TRIGGER = Trigger.MANUAL
 PIPELINE_TAG = "pipeline_id"
 WORKSPACE_TAG = "workspace_id"
 TRIGGER_TAG = "trigger"
+CONTRACT_TAGS = (PIPELINE_TAG, WORKSPACE_TAG, TRIGGER_TAG)
 # Dagster's own: the partition (= pipeline id) of a partitioned run, and the backfill a run belongs to.
 PARTITION_TAG = "dagster/partition"
 BACKFILL_TAG = "dagster/backfill"

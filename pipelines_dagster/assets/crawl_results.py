@@ -18,7 +18,7 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
-from pipelines_dagster.runs import missing_run_tags, origin_of
+from pipelines_dagster.runs import CONTRACT_TAGS, missing_run_tags, origin_of
 
 
 
@@ -145,6 +145,8 @@ def crawl_partition(
 
 def _tag_the_run(context: dg.AssetExecutionContext, app_db: AppDatabaseResource) -> None:
     """Give a run launched from the Dagster UI the run contract's tags, which history and triggers read."""
+    if all(tag in context.run.tags for tag in CONTRACT_TAGS):
+        return  # our own launchers set them all: no lookup on their runs
     pipeline = partition_pipeline(app_db, context.partition_key)
     missing = missing_run_tags(context.run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id)
     if missing:

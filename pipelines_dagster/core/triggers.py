@@ -220,7 +220,7 @@ def signature_valid(body: bytes, secret: str, header: str | None) -> bool:
 
 
 def sign_standard(body: bytes, secret: str, *, webhook_id: str, timestamp: int) -> str:
-    """The webhook-signature value a standard-mode sender puts on `body` (for tests and tools)."""
+    """The webhook-signature value (`v1,<base64>`) a standard-mode sender puts on `body`; what deliveries are checked against."""
     moment = datetime.fromtimestamp(timestamp, UTC)
     return Webhook(secret).sign(msg_id=webhook_id, timestamp=moment, data=body.decode())
 
@@ -267,7 +267,7 @@ def verify_standard(trigger: PipelineTrigger, body: bytes, headers: Mapping[str,
         raise DeliveryRejected(400, f"{STANDARD_ID_HEADER} is longer than {MAX_WEBHOOK_ID_LENGTH} characters")
     _signed_at(stamp, STANDARD_TIMESTAMP_HEADER, moment)
     try:
-        text = body.decode()
+        body.decode()
     except UnicodeDecodeError:
         raise DeliveryRejected(400, "a standard-mode webhook body must be UTF-8 text") from None
     signatures = []
@@ -278,9 +278,8 @@ def verify_standard(trigger: PipelineTrigger, body: bytes, headers: Mapping[str,
                 signatures.append(base64.b64decode(value, validate=True))
             except binascii.Error:
                 continue
-    signed_at = datetime.fromtimestamp(int(stamp), UTC)
     for secret in live_secrets(trigger, moment):
-        expected = base64.b64decode(Webhook(secret).sign(msg_id=webhook_id, timestamp=signed_at, data=text)[3:])
+        expected = base64.b64decode(sign_standard(body, secret, webhook_id=webhook_id, timestamp=int(stamp))[3:])
         if any(hmac.compare_digest(expected, candidate) for candidate in signatures):
             return f"id:{webhook_id}"
     raise DeliveryRejected(401, f"{UNVERIFIED} ({STANDARD_SIGNATURE_HEADER}: v1,<base64 HMAC-SHA256>)")

@@ -37,33 +37,31 @@ ROBOTS_TXT = b"User-agent: *\nAllow: /\n"
 LAST_MODIFIED = formatdate(1_700_000_000, usegmt=True)
 REPO = Path(__file__).resolve().parents[1]
 
-_WORDS = (
-    "pipeline asset partition sensor schedule resource executor worker queue broker cluster node "
-    "replica shard index document folder workspace connector crawler request response header body "
-    "timeout retry backoff cache token session account credit ledger charge invoice usage quota "
-    "limit window buffer stream chunk record line field column table schema migration revision "
-    "engine driver pool connection socket address network gateway proxy certificate handshake "
-    "cipher digest signature secret key value store bucket object prefix upload download mirror "
-    "snapshot backup restore replay event cursor offset watermark checkpoint job task step run "
-    "launcher daemon webserver console dashboard metric gauge counter histogram trace span log "
-    "level handler formatter filter policy rule guard check validation error warning failure "
-    "status code message payload format encoding charset language locale timezone calendar cron "
-    "interval deadline lease lock owner renewal expiry release handoff consumer producer topic "
-    "subscription webhook delivery endpoint route path query parameter argument option flag "
-    "default override environment variable setting profile deployment release version tag branch "
-    "commit build artifact image container volume mount permission role scope grant audit "
-    "the a an of to in for on with by from at as is are be can will may should must not and or "
-    "each every when then while after before until unless only also still already often rarely "
-    "configure create delete update read write fetch parse extract normalize compare merge split "
-    "join sort filter map reduce collect emit publish subscribe acknowledge reject accept refuse "
-    "allow deny enable disable start stop pause resume cancel schedule trigger launch monitor "
-    "quickly safely reliably eventually exactly approximately automatically manually explicitly"
-).split()
+_WORDS = ["pipeline", "asset", "partition", "sensor", "schedule", "resource", "executor", "worker", "queue", "broker", "cluster", "node", "replica", "shard", "index", "document", "folder", "workspace", "connector", "crawler", "request", "response", "header", "body", "timeout", "retry", "backoff", "cache", "token", "session", "account", "credit", "ledger", "charge", "invoice", "usage", "quota", "limit", "window", "buffer", "stream", "chunk", "record", "line", "field", "column", "table", "schema", "migration", "revision", "engine", "driver", "pool", "connection", "socket", "address", "network", "gateway", "proxy", "certificate", "handshake", "cipher", "digest", "signature", "secret", "key", "value", "store", "bucket", "object", "prefix", "upload", "download", "mirror", "snapshot", "backup", "restore", "replay", "event", "cursor", "offset", "watermark", "checkpoint", "job", "task", "step", "run", "launcher", "daemon", "webserver", "console", "dashboard", "metric", "gauge", "counter", "histogram", "trace", "span", "log", "level", "handler", "formatter", "filter", "policy", "rule", "guard", "check", "validation", "error", "warning", "failure", "status", "code", "message", "payload", "format", "encoding", "charset", "language", "locale", "timezone", "calendar", "cron", "interval", "deadline", "lease", "lock", "owner", "renewal", "expiry", "release", "handoff", "consumer", "producer", "topic", "subscription", "webhook", "delivery", "endpoint", "route", "path", "query", "parameter", "argument", "option", "flag", "default", "override", "environment", "variable", "setting", "profile", "deployment", "release", "version", "tag", "branch", "commit", "build", "artifact", "image", "container", "volume", "mount", "permission", "role", "scope", "grant", "audit", "the", "a", "an", "of", "to", "in", "for", "on", "with", "by", "from", "at", "as", "is", "are", "be", "can", "will", "may", "should", "must", "not", "and", "or", "each", "every", "when", "then", "while", "after", "before", "until", "unless", "only", "also", "still", "already", "often", "rarely", "configure", "create", "delete", "update", "read", "write", "fetch", "parse", "extract", "normalize", "compare", "merge", "split", "join", "sort", "filter", "map", "reduce", "collect", "emit", "publish", "subscribe", "acknowledge", "reject", "accept", "refuse", "allow", "deny", "enable", "disable", "start", "stop", "pause", "resume", "cancel", "schedule", "trigger", "launch", "monitor", "quickly", "safely", "reliably", "eventually", "exactly", "approximately", "automatically", "manually", "explicitly"]
 _TOPICS = (
-    "Getting started", "Installation", "Configuration reference", "Authentication", "Rate limits",
-    "Webhooks", "Scheduling runs", "Partitions", "Retries and backoff", "Storage backends",
-    "Monitoring", "Troubleshooting", "Upgrading", "Security model", "Billing", "Command line",
-    "HTTP API", "Data model", "Migrations", "Deployment", "Concurrency", "Caching", "Logging",
+    "Getting started",
+    "Installation",
+    "Configuration reference",
+    "Authentication",
+    "Rate limits",
+    "Webhooks",
+    "Scheduling runs",
+    "Partitions",
+    "Retries and backoff",
+    "Storage backends",
+    "Monitoring",
+    "Troubleshooting",
+    "Upgrading",
+    "Security model",
+    "Billing",
+    "Command line",
+    "HTTP API",
+    "Data model",
+    "Migrations",
+    "Deployment",
+    "Concurrency",
+    "Caching",
+    "Logging",
 )
 _LANGUAGES = ("python", "bash", "yaml", "json", "sql")
 
@@ -195,10 +193,36 @@ def write_corpus(root: Path, *, pages: int, min_bytes: int, seed: int, spread: i
 
 # -- a documentation site as the common docs themes render it ---------------------------------------
 
-_ICONS = ("search", "menu", "close", "github", "copy", "edit", "link", "arrow-left", "arrow-right", "info",
-          "warning", "external", "sun", "moon")
-_CSS_BLOCKS = ("md-header", "md-nav", "md-sidebar", "md-content", "md-footer", "md-search", "md-tabs",
-               "md-typeset", "md-source", "md-top", "md-banner", "md-dialog")
+_ICONS = (
+    "search",
+    "menu",
+    "close",
+    "github",
+    "copy",
+    "edit",
+    "link",
+    "arrow-left",
+    "arrow-right",
+    "info",
+    "warning",
+    "external",
+    "sun",
+    "moon",
+)
+_CSS_BLOCKS = (
+    "md-header",
+    "md-nav",
+    "md-sidebar",
+    "md-content",
+    "md-footer",
+    "md-search",
+    "md-tabs",
+    "md-typeset",
+    "md-source",
+    "md-top",
+    "md-banner",
+    "md-dialog",
+)
 _CSS_PARTS = ("item", "link", "title", "icon", "list", "inner", "wrap", "container", "toggle", "label")
 
 
@@ -217,12 +241,16 @@ class _DocsPage(_Page):
         rng = self.rng
         text = self.words(8, 22)
         if rng.random() < 0.5:
-            text += (f' <code class="docutils literal notranslate"><span class="pre">{rng.choice(_WORDS)}_'
-                     f"{rng.randint(1, 99)}</span></code>")
+            text += (
+                f' <code class="docutils literal notranslate"><span class="pre">{rng.choice(_WORDS)}_'
+                f"{rng.randint(1, 99)}</span></code>"
+            )
         if rng.random() < 0.35:
             target = rng.randrange(self.pages)
-            text += (f' (see <a class="reference internal" href="/docs/page-{target:05d}.html#s1" '
-                     f'title="{self.words(2, 4)}"><span class="std std-ref">{self.words(2, 4)}</span></a>)')
+            text += (
+                f' (see <a class="reference internal" href="/docs/page-{target:05d}.html#s1" '
+                f'title="{self.words(2, 4)}"><span class="std std-ref">{self.words(2, 4)}</span></a>)'
+            )
         if rng.random() < 0.2:
             text += f" <em>{self.words(1, 3)}</em> {self.words(2, 6)}"
         return text[0].upper() + text[1:] + "."
@@ -252,8 +280,10 @@ class _DocsPage(_Page):
 
     def heading(self, level: int, anchor: str, text: str) -> str:
         self.headings.append((anchor, text))
-        return (f'<h{level} id="{anchor}">{text}<a class="headerlink" href="#{anchor}" '
-                f'title="Link to this heading">#</a></h{level}>\n')
+        return (
+            f'<h{level} id="{anchor}">{text}<a class="headerlink" href="#{anchor}" '
+            f'title="Link to this heading">#</a></h{level}>\n'
+        )
 
     def section(self, number: int) -> str:
         return f'<section id="section-{number}">{super().section(number)}</section>\n'
@@ -285,7 +315,8 @@ class DocsSite:
             f".{block}__{part}{rng.choice(('', '--active', '--nested', ':hover'))}{{"
             f"color:#{rng.randrange(16**6):06x};padding:{rng.randint(0, 24)}px {rng.randint(0, 24)}px;"
             f"margin:0 0 {rng.randint(0, 16)}px;font-size:.{rng.randint(6, 9)}rem}}"
-            for block in _CSS_BLOCKS for part in _CSS_PARTS[:rng.randint(4, len(_CSS_PARTS))]
+            for block in _CSS_BLOCKS
+            for part in _CSS_PARTS[: rng.randint(4, len(_CSS_PARTS))]
         )
         sprite = "".join(
             f'<symbol id="icon-{name}" viewBox="0 0 24 24"><path d="M'
@@ -293,13 +324,20 @@ class DocsSite:
             + 'z"/></symbol>'
             for name in _ICONS
         )
-        tabs = "".join(f'<li class="md-tabs__item"><a class="md-tabs__link" href="{self.href(members[0])}">'
-                       f"{escape(_TOPICS[section])}</a></li>"
-                       for section, members in enumerate(self.members) if members)
+        tabs = "".join(
+            f'<li class="md-tabs__item"><a class="md-tabs__link" href="{self.href(members[0])}">'
+            f"{escape(_TOPICS[section])}</a></li>"
+            for section, members in enumerate(self.members)
+            if members
+        )
         columns = "".join(
-            '<div class="footer-column"><p class="footer-title">' + escape(_TOPICS[section]) + "</p><ul>"
-            + "".join(f'<li><a href="{self.href(index)}">{escape(self.titles[index])}</a></li>'
-                      for index in self.members[section][:6])
+            '<div class="footer-column"><p class="footer-title">'
+            + escape(_TOPICS[section])
+            + "</p><ul>"
+            + "".join(
+                f'<li><a href="{self.href(index)}">{escape(self.titles[index])}</a></li>'
+                for index in self.members[section][:6]
+            )
             + "</ul></div>"
             for section in range(0, len(_TOPICS), 4)
         )
@@ -307,9 +345,15 @@ class DocsSite:
             '<meta name="viewport" content="width=device-width,initial-scale=1">\n'
             '<meta name="generator" content="docs-theme 9.5">\n'
             '<link rel="icon" href="/assets/favicon.png">\n'
-            + "".join(f'<link rel="preload" href="/assets/{name}" as="{kind}">\n' for name, kind in (
-                ("fonts/inter-400.woff2", "font"), ("fonts/inter-600.woff2", "font"),
-                ("fonts/mono-400.woff2", "font"), ("javascripts/bundle.js", "script")))
+            + "".join(
+                f'<link rel="preload" href="/assets/{name}" as="{kind}">\n'
+                for name, kind in (
+                    ("fonts/inter-400.woff2", "font"),
+                    ("fonts/inter-600.woff2", "font"),
+                    ("fonts/mono-400.woff2", "font"),
+                    ("javascripts/bundle.js", "script"),
+                )
+            )
             + '<link rel="stylesheet" href="/assets/stylesheets/main.css">\n'
             '<link rel="stylesheet" href="/assets/stylesheets/palette.css">\n'
             f"<style>{css}</style>\n"
@@ -354,17 +398,26 @@ class DocsSite:
                 continue
             nested = ""
             if section == current:
-                nested = '<ul class="md-nav__list">' + "".join(
-                    f'<li class="md-nav__item{" md-nav__item--active" if member == index else ""}">'
-                    + self.link(member, "md-nav__link") + "</li>"
-                    for member in members
-                ) + "</ul>"
+                nested = (
+                    '<ul class="md-nav__list">'
+                    + "".join(
+                        f'<li class="md-nav__item{" md-nav__item--active" if member == index else ""}">'
+                        + self.link(member, "md-nav__link")
+                        + "</li>"
+                        for member in members
+                    )
+                    + "</ul>"
+                )
             active = " md-nav__item--active" if section == current else ""
-            items.append(f'<li class="md-nav__item md-nav__item--section{active}"><label class="md-nav__title">'
-                         f'<a class="md-nav__link" href="{self.href(members[0])}">{escape(_TOPICS[section])}</a>'
-                         f'</label>{nested}</li>')
-        return ('<div class="md-sidebar md-sidebar--primary"><nav class="md-nav md-nav--primary" '
-                f'aria-label="Navigation"><ul class="md-nav__list">{"".join(items)}</ul></nav></div>\n')
+            items.append(
+                f'<li class="md-nav__item md-nav__item--section{active}"><label class="md-nav__title">'
+                f'<a class="md-nav__link" href="{self.href(members[0])}">{escape(_TOPICS[section])}</a>'
+                f"</label>{nested}</li>"
+            )
+        return (
+            '<div class="md-sidebar md-sidebar--primary"><nav class="md-nav md-nav--primary" '
+            f'aria-label="Navigation"><ul class="md-nav__list">{"".join(items)}</ul></nav></div>\n'
+        )
 
     def page(self, rng: random.Random, index: int, *, min_bytes: int) -> bytes:
         """Page `index`, at least `min_bytes` long (the article grows to fit)."""
@@ -393,8 +446,8 @@ class DocsSite:
         tail = (
             f'<p class="md-source-file">Last updated {year}-{month:02d}-{day:02d}</p></article>\n'
             '<nav class="md-footer__nav" aria-label="Footer">'
-            f'{self.link(previous, "md-footer__link md-footer__link--prev")}'
-            f'{self.link(following, "md-footer__link md-footer__link--next")}</nav></div></main>\n'
+            f"{self.link(previous, 'md-footer__link md-footer__link--prev')}"
+            f"{self.link(following, 'md-footer__link md-footer__link--next')}</nav></div></main>\n"
         )
         page.add(head)
         number = 1
@@ -402,12 +455,16 @@ class DocsSite:
         while page.size + len(tail) + len(self.bottom) + 60 * len(page.headings) < min_bytes or number <= 2:
             page.add(page.section(number))
             number += 1
-        toc = "".join(f'<li class="md-nav__item"><a class="md-nav__link" href="#{anchor}">{escape(heading)}</a></li>'
-                      for anchor, heading in page.headings)
+        toc = "".join(
+            f'<li class="md-nav__item"><a class="md-nav__link" href="#{anchor}">{escape(heading)}</a></li>'
+            for anchor, heading in page.headings
+        )
         page.add(tail)
-        page.add('<div class="md-sidebar md-sidebar--secondary"><nav class="md-nav md-nav--secondary" '
-                 f'aria-label="On this page"><label class="md-nav__title">On this page</label><ul>{toc}</ul></nav>'
-                 "</div>\n")
+        page.add(
+            '<div class="md-sidebar md-sidebar--secondary"><nav class="md-nav md-nav--secondary" '
+            f'aria-label="On this page"><label class="md-nav__title">On this page</label><ul>{toc}</ul></nav>'
+            "</div>\n"
+        )
         page.add(self.bottom)
         return "".join(page.parts).encode("utf-8")
 
@@ -510,8 +567,13 @@ def _serve(root: Path, port: int) -> None:
             return
         found = files.get(scope["path"])
         if found is None:
-            await send({"type": "http.response.start", "status": 404,
-                        "headers": [(b"content-type", b"text/plain"), (b"content-length", b"9")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 404,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", b"9")],
+                }
+            )
             await send({"type": "http.response.body", "body": b"not found"})
             return
         body, etag = found
@@ -525,8 +587,18 @@ def _serve(root: Path, port: int) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", lifespan="off",
-                access_log=False, log_level="warning", timeout_keep_alive=30, backlog=1024)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=30,
+        backlog=1024,
+    )
 
 
 class TreeSampler:
@@ -682,8 +754,9 @@ class EmbeddedStack:
         """A workspace with a web connector over `urls` and a raw-crawl pipeline: (workspace id, pipeline id)."""
         from pipelines_dagster.app_db.engine import session_factory
 
-        return seed_pipeline(session_factory(self.engine), self.instance, urls, name=name, save_to_kb=False,
-                             enabled=enabled)
+        return seed_pipeline(
+            session_factory(self.engine), self.instance, urls, name=name, save_to_kb=False, enabled=enabled
+        )
 
     def materialize(self, workspace_id: int, pipeline_id: int, *, log_level: str = "WARNING") -> Materialized:
         """Materialize `crawl_results` for the pipeline in-process and time the whole call."""
@@ -708,8 +781,9 @@ class EmbeddedStack:
         return Materialized(wall_seconds=wall, metadata=metadata, success=result.success and bool(events))
 
 
-def seed_pipeline(sessions: Any, instance: Any, urls: list[str], *, name: str, save_to_kb: bool,
-                  enabled: bool = True) -> tuple[int, int]:
+def seed_pipeline(
+    sessions: Any, instance: Any, urls: list[str], *, name: str, save_to_kb: bool, enabled: bool = True
+) -> tuple[int, int]:
     """A workspace with a web connector over `urls` and a pipeline over it, its partition registered
     in `instance` as `pipelines-dagster pipeline create` does: (workspace id, pipeline id). A KB
     pipeline saves into the folder "{name} docs"."""
@@ -723,8 +797,14 @@ def seed_pipeline(sessions: Any, instance: Any, urls: list[str], *, name: str, s
             session, workspace_id=workspace.workspace.id, connector_type="webcrawler", urls=urls
         )
         pipeline = services.create_pipeline(
-            session, instance, workspace_id=workspace.workspace.id, connector_id=connector.id, name=name,
-            save_to_kb=save_to_kb, folder_name=f"{name} docs" if save_to_kb else None, enabled=enabled,
+            session,
+            instance,
+            workspace_id=workspace.workspace.id,
+            connector_id=connector.id,
+            name=name,
+            save_to_kb=save_to_kb,
+            folder_name=f"{name} docs" if save_to_kb else None,
+            enabled=enabled,
         )
         return workspace.workspace.id, pipeline.id
 
@@ -792,7 +872,7 @@ def run_worker(script: Path, arguments: list[str]) -> dict[str, Any]:
     result = None
     for line in completed.stdout.splitlines():
         if line.startswith(RESULT_PREFIX):
-            result = json.loads(line[len(RESULT_PREFIX):])
+            result = json.loads(line[len(RESULT_PREFIX) :])
         else:
             print(line)
     if completed.returncode != 0 or result is None:

@@ -27,8 +27,9 @@ floor_job_multiprocess = dg.define_asset_job(
 )
 
 
-@dg.sensor(jobs=[floor_job, floor_job_multiprocess], minimum_interval_seconds=5,
-           default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    jobs=[floor_job, floor_job_multiprocess], minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING
+)
 def floor_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     path = Path(os.environ["FLOOR_TRIGGER_FILE"])
     trigger = json.loads(path.read_text()) if path.exists() else None
@@ -37,7 +38,9 @@ def floor_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     keys = [f"{trigger['batch']}-{number}" for number in range(trigger["count"])]
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(run_key=key, job_name=trigger["job"], partition_key=key, tags={"floor_batch": trigger["batch"]})
+            dg.RunRequest(
+                run_key=key, job_name=trigger["job"], partition_key=key, tags={"floor_batch": trigger["batch"]}
+            )
             for key in keys
         ],
         dynamic_partitions_requests=[floor_partitions.build_add_request(keys)],

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _corpus import KiB, MiB, EmbeddedStack, TreeSampler, page_paths, report_result, run_worker, served_corpus
+from _corpus import EmbeddedStack, KiB, MiB, TreeSampler, page_paths, report_result, run_worker, served_corpus
 
 SEED = 20240604
 SIZES = (500, 5000)
@@ -67,18 +67,23 @@ def main() -> int:
         return 0
 
     results = []
-    with served_corpus(pages=max(SIZES), min_bytes=args.min_kib * KiB, seed=SEED,
-                       spread=(args.max_kib - args.min_kib) * KiB) as (server, urls):
-        print(f"corpus: {len(urls)} distinct seeded documentation pages of {args.min_kib}-{args.max_kib} KiB, "
-              f"served by uvicorn in its own process on 127.0.0.1:{server.port}")
+    with served_corpus(
+        pages=max(SIZES), min_bytes=args.min_kib * KiB, seed=SEED, spread=(args.max_kib - args.min_kib) * KiB
+    ) as (server, urls):
+        print(
+            f"corpus: {len(urls)} distinct seeded documentation pages of {args.min_kib}-{args.max_kib} KiB, "
+            f"served by uvicorn in its own process on 127.0.0.1:{server.port}"
+        )
         for pages in SIZES:
             result = run_worker(Path(__file__), ["--worker", server.url(""), str(pages)])
             results.append(result)
             for name, crawl in (("first crawl", result["first"]), ("unchanged re-crawl", result["again"])):
-                print(f"{pages:>5} URLs, {name + ':':20} {crawl['seconds']:5.1f} s, {crawl['succeeded']} succeeded "
-                      f"({crawl['unchanged']} unchanged), {crawl['empty']} empty, {crawl['failed']} failed, blob "
-                      f"{mib(crawl['bytes'] or 0)}; peak RSS {mib(crawl['peak_total'])} (materializing process "
-                      f"{mib(crawl['peak_main'])}, extraction workers {mib(crawl['peak_children'])})")
+                print(
+                    f"{pages:>5} URLs, {name + ':':20} {crawl['seconds']:5.1f} s, {crawl['succeeded']} succeeded "
+                    f"({crawl['unchanged']} unchanged), {crawl['empty']} empty, {crawl['failed']} failed, blob "
+                    f"{mib(crawl['bytes'] or 0)}; peak RSS {mib(crawl['peak_total'])} (materializing process "
+                    f"{mib(crawl['peak_main'])}, extraction workers {mib(crawl['peak_children'])})"
+                )
 
     small, large = results
     passed = True
@@ -86,14 +91,18 @@ def main() -> int:
         ratio = large[key]["peak_total"] / small[key]["peak_total"]
         main_ratio = large[key]["peak_main"] / small[key]["peak_main"]
         passed &= ratio <= RATIO_TARGET
-        print(f"{name}: peak RSS ratio 5000/500 = {mib(large[key]['peak_total'])} / {mib(small[key]['peak_total'])} "
-              f"= {ratio:.2f}x (target <= {RATIO_TARGET}): {'meets' if ratio <= RATIO_TARGET else 'MISSES'} the "
-              f"target (materializing process alone: {main_ratio:.2f}x)")
+        print(
+            f"{name}: peak RSS ratio 5000/500 = {mib(large[key]['peak_total'])} / {mib(small[key]['peak_total'])} "
+            f"= {ratio:.2f}x (target <= {RATIO_TARGET}): {'meets' if ratio <= RATIO_TARGET else 'MISSES'} the "
+            f"target (materializing process alone: {main_ratio:.2f}x)"
+        )
     for result in results:
         for crawl, unchanged in ((result["first"], 0), (result["again"], result["pages"])):
             if not (crawl["success"] and crawl["succeeded"] == result["pages"] and crawl["unchanged"] == unchanged):
-                print(f"correctness FAILED: a {result['pages']}-URL crawl succeeded for {crawl['succeeded']} URLs, "
-                      f"{crawl['unchanged']} unchanged (expected {unchanged})")
+                print(
+                    f"correctness FAILED: a {result['pages']}-URL crawl succeeded for {crawl['succeeded']} URLs, "
+                    f"{crawl['unchanged']} unchanged (expected {unchanged})"
+                )
                 passed = False
     print("PASS" if passed else "FAIL")
     return 0 if passed else 1

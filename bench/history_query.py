@@ -32,12 +32,11 @@ from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
-from pipelines_dagster.history import RunHistory
 from pipelines_dagster.crawl_metadata import CrawlMetadata
+from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.runs import PARTITION_TAG
 from pipelines_dagster.partitions import partition_key
-from pipelines_dagster.runs import run_tags
+from pipelines_dagster.runs import PARTITION_TAG, run_tags
 
 ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 WORKSPACES = 10
@@ -71,7 +70,9 @@ def postgres_instance(home: Path, url: str, *, pooled: bool = False) -> dg.Dagst
 
     dagster-postgres opens a connection per statement unless told otherwise (NullPool).
     """
-    (home / "dagster.yaml").write_text(f"storage:\n  postgres:\n    postgres_url: {url}\ntelemetry:\n  enabled: false\n")
+    (home / "dagster.yaml").write_text(
+        f"storage:\n  postgres:\n    postgres_url: {url}\ntelemetry:\n  enabled: false\n"
+    )
     instance = dg.DagsterInstance.from_config(str(home))
     if pooled:
         instance.optimize_for_webserver(statement_timeout=15_000, pool_recycle=3600, max_overflow=20)
@@ -86,47 +87,76 @@ def seed_catalog(sessions, instance: dg.DagsterInstance) -> list[tuple[int, int]
             workspace = catalog.create_workspace(session, name=f"workspace {w}", owner_user_id=f"owner-{w}").workspace
             for p in range(PIPELINES_PER_WORKSPACE):
                 connector = catalog.create_connector(
-                    session, workspace_id=workspace.id, connector_type="webcrawler",
+                    session,
+                    workspace_id=workspace.id,
+                    connector_type="webcrawler",
                     urls=[f"https://docs{w}.example.com/{p}/"],
                 )
                 pipeline = services.create_pipeline(
-                    session, instance, workspace_id=workspace.id, connector_id=connector.id,
-                    name=f"Docs {w}.{p}", folder_name="Docs",
+                    session,
+                    instance,
+                    workspace_id=workspace.id,
+                    connector_id=connector.id,
+                    name=f"Docs {w}.{p}",
+                    folder_name="Docs",
                 )
                 pipelines.append((workspace.id, pipeline.id))
     return pipelines
 
 
-def event(run: dg.DagsterRun, timestamp: float, event_type: dg.DagsterEventType, *, step_key: str | None = None,
-          data=None, message: str | None = None) -> dg.EventLogEntry:
+def event(
+    run: dg.DagsterRun,
+    timestamp: float,
+    event_type: dg.DagsterEventType,
+    *,
+    step_key: str | None = None,
+    data=None,
+    message: str | None = None,
+) -> dg.EventLogEntry:
     return dg.EventLogEntry(
-        error_info=None, level=logging.INFO, user_message="", run_id=run.run_id, timestamp=timestamp,
-        step_key=step_key, job_name=run.job_name,
-        dagster_event=dg.DagsterEvent(event_type.value, job_name=run.job_name, step_key=step_key,
-                                      event_specific_data=data, message=message),
+        error_info=None,
+        level=logging.INFO,
+        user_message="",
+        run_id=run.run_id,
+        timestamp=timestamp,
+        step_key=step_key,
+        job_name=run.job_name,
+        dagster_event=dg.DagsterEvent(
+            event_type.value, job_name=run.job_name, step_key=step_key, event_specific_data=data, message=message
+        ),
     )
 
 
-def materialized(run: dg.DagsterRun, timestamp: float, asset: dg.AssetKey, pipeline_id: int,
-                 metadata: dict[str, dg.RawMetadataValue]) -> dg.EventLogEntry:
+def materialized(
+    run: dg.DagsterRun, timestamp: float, asset: dg.AssetKey, pipeline_id: int, metadata: dict[str, dg.RawMetadataValue]
+) -> dg.EventLogEntry:
     materialization = dg.AssetMaterialization(asset_key=asset, partition=partition_key(pipeline_id), metadata=metadata)
-    return event(run, timestamp, dg.DagsterEventType.ASSET_MATERIALIZATION, step_key=asset.to_user_string(),
-                 data=StepMaterializationData(materialization))
+    return event(
+        run,
+        timestamp,
+        dg.DagsterEventType.ASSET_MATERIALIZATION,
+        step_key=asset.to_user_string(),
+        data=StepMaterializationData(materialization),
+    )
 
 
 def refusal(run: dg.DagsterRun, pipeline_id: int) -> JobFailureData:
     reason = f"pipeline {pipeline_id} is disabled; enable it before running it"
     error = SerializableErrorInfo(f"dagster._core.definitions.events.Failure: {reason}\n", [], "Failure")
     step_failure = dg.DagsterEvent(
-        dg.DagsterEventType.STEP_FAILURE.value, job_name=run.job_name, step_key="crawl_results",
-        event_specific_data=StepFailureData(error, UserFailureData("intentional-failure", reason),
-                                            ErrorSource.USER_CODE_ERROR),
+        dg.DagsterEventType.STEP_FAILURE.value,
+        job_name=run.job_name,
+        step_key="crawl_results",
+        event_specific_data=StepFailureData(
+            error, UserFailureData("intentional-failure", reason), ErrorSource.USER_CODE_ERROR
+        ),
     )
     return JobFailureData(error, RunFailureReason.STEP_FAILURE, first_step_failure_event=step_failure)
 
 
-def add_runs(instance: dg.DagsterInstance, pipelines: list[tuple[int, int]], numbers: range, *, start: float,
-             rng: random.Random) -> None:
+def add_runs(
+    instance: dg.DagsterInstance, pipelines: list[tuple[int, int]], numbers: range, *, start: float, rng: random.Random
+) -> None:
     """Runs `numbers` of the timeline: 90% succeed, 6% are refused, 4% are canceled mid-crawl."""
     crawls, documents = [], []
     for number in numbers:
@@ -134,16 +164,27 @@ def add_runs(instance: dg.DagsterInstance, pipelines: list[tuple[int, int]], num
         created = start + number * RUN_SPACING_SECONDS
         trigger = "scheduled" if number % 7 else "manual"
         run = dg.DagsterRun(
-            job_name=pipeline_run.name, run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.NOT_STARTED,
-            tags={**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger),
-                  PARTITION_TAG: partition_key(pipeline_id)},
+            job_name=pipeline_run.name,
+            run_id=str(uuid.uuid4()),
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags={
+                **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger),
+                PARTITION_TAG: partition_key(pipeline_id),
+            },
         )
         instance.run_storage.add_historical_run(run, datetime.fromtimestamp(created, UTC))
         instance.handle_new_event(event(run, created + 2, dg.DagsterEventType.RUN_START))
         fate = rng.random()
         if fate < 0.06:
-            instance.handle_new_event(event(run, created + 3, dg.DagsterEventType.RUN_FAILURE, data=refusal(run, pipeline_id),
-                                            message='Execution of run for "pipeline_run" failed.'))
+            instance.handle_new_event(
+                event(
+                    run,
+                    created + 3,
+                    dg.DagsterEventType.RUN_FAILURE,
+                    data=refusal(run, pipeline_id),
+                    message='Execution of run for "pipeline_run" failed.',
+                )
+            )
             continue
         if fate < 0.10:
             instance.handle_new_event(event(run, created + 10, dg.DagsterEventType.RUN_CANCELED))
@@ -151,19 +192,46 @@ def add_runs(instance: dg.DagsterInstance, pipelines: list[tuple[int, int]], num
         attempted = rng.randint(5, 40)
         failed = rng.randint(0, 2)
         crawl = CrawlMetadata(
-            pipeline_id=pipeline_id, workspace_id=workspace_id, urls_attempted=attempted,
-            urls_succeeded=attempted - failed, urls_empty=0, urls_failed=failed, urls_unchanged=0,
-            bytes=attempted * 20_000, blob_key=f"runs/{pipeline_id}/{run.run_id}/result.jsonl",
+            pipeline_id=pipeline_id,
+            workspace_id=workspace_id,
+            urls_attempted=attempted,
+            urls_succeeded=attempted - failed,
+            urls_empty=0,
+            urls_failed=failed,
+            urls_unchanged=0,
+            bytes=attempted * 20_000,
+            blob_key=f"runs/{pipeline_id}/{run.run_id}/result.jsonl",
             blob_url=f"file:///blobs/runs/{pipeline_id}/{run.run_id}/result.jsonl",
-            charged_micros=attempted * 1000, started_at=created + 3, duration_seconds=17.5,
+            charged_micros=attempted * 1000,
+            started_at=created + 3,
+            duration_seconds=17.5,
         )
-        crawls.append(materialized(run, created + 20, crawl_results.key, pipeline_id, {
-            **crawl.to_metadata(), "failed_urls": dg.MetadataValue.md("| URL | reason |\n|---|---|"),
-        }))
-        documents.append(materialized(run, created + 25, kb_documents.key, pipeline_id, {
-            "documents_created": rng.randint(0, 3), "documents_updated": rng.randint(0, 5),
-            "documents_unchanged": attempted - failed, "documents_failed": failed,
-        }))
+        crawls.append(
+            materialized(
+                run,
+                created + 20,
+                crawl_results.key,
+                pipeline_id,
+                {
+                    **crawl.to_metadata(),
+                    "failed_urls": dg.MetadataValue.md("| URL | reason |\n|---|---|"),
+                },
+            )
+        )
+        documents.append(
+            materialized(
+                run,
+                created + 25,
+                kb_documents.key,
+                pipeline_id,
+                {
+                    "documents_created": rng.randint(0, 3),
+                    "documents_updated": rng.randint(0, 5),
+                    "documents_unchanged": attempted - failed,
+                    "documents_failed": failed,
+                },
+            )
+        )
         instance.handle_new_event(event(run, created + 30, dg.DagsterEventType.RUN_SUCCESS))
         if len(crawls) >= 200:
             flush(instance, crawls, documents)
@@ -202,8 +270,10 @@ def main() -> int:
     with databases as (dagster_url, app_url), tempfile.TemporaryDirectory() as home:
         # Seeding over held connections takes a minute instead of ten; it does not change what is measured.
         writer = postgres_instance(Path(home), dagster_url, pooled=True)
-        instances = {"per-statement connections": postgres_instance(Path(home), dagster_url),
-                     "pooled, as in dagster-webserver": postgres_instance(Path(home), dagster_url, pooled=True)}
+        instances = {
+            "per-statement connections": postgres_instance(Path(home), dagster_url),
+            "pooled, as in dagster-webserver": postgres_instance(Path(home), dagster_url, pooled=True),
+        }
         engine = create_engine(app_url)
         try:
             upgrade(engine)
@@ -217,13 +287,17 @@ def main() -> int:
                 began = time.perf_counter()
                 add_runs(writer, pipelines, range(made, size), start=start, rng=rng)
                 made = size
-                print(f"{size:,} runs across {len(pipelines)} pipelines in {WORKSPACES} workspaces "
-                      f"(seeded in {time.perf_counter() - began:.1f} s)")
+                print(
+                    f"{size:,} runs across {len(pipelines)} pipelines in {WORKSPACES} workspaces "
+                    f"(seeded in {time.perf_counter() - began:.1f} s)"
+                )
                 for label, instance in instances.items():
                     p50, p90, on_page = timed(RunHistory(instance, sessions), workspace_id, pipeline_id)
                     results[label, size] = p50
-                    print(f"  list_runs(pipeline_id={pipeline_id}, limit=20), {label}: "
-                          f"p50 {p50:6.2f} ms  p90 {p90:6.2f} ms  ({on_page} runs on the page, {SAMPLES} samples)")
+                    print(
+                        f"  list_runs(pipeline_id={pipeline_id}, limit=20), {label}: "
+                        f"p50 {p50:6.2f} ms  p90 {p90:6.2f} ms  ({on_page} runs on the page, {SAMPLES} samples)"
+                    )
         finally:
             for instance in [writer, *instances.values()]:
                 instance.dispose()
@@ -232,10 +306,15 @@ def main() -> int:
     for label in instances:
         small, large = results[label, SIZES[0]], results[label, SIZES[-1]]
         ratio = large / small
-        print(f"{label}: p50 at {SIZES[-1]:,} runs {large:.2f} ms (target < {P50_TARGET_MS:.0f} ms), "
-              f"p50 ratio {SIZES[-1]:,}/{SIZES[0]:,} {ratio:.2f} (target <= {RATIO_TARGET})")
-        missed += [f"{what} ({label})" for what, ok in (("p50", large < P50_TARGET_MS), ("ratio", ratio <= RATIO_TARGET))
-                   if not ok]
+        print(
+            f"{label}: p50 at {SIZES[-1]:,} runs {large:.2f} ms (target < {P50_TARGET_MS:.0f} ms), "
+            f"p50 ratio {SIZES[-1]:,}/{SIZES[0]:,} {ratio:.2f} (target <= {RATIO_TARGET})"
+        )
+        missed += [
+            f"{what} ({label})"
+            for what, ok in (("p50", large < P50_TARGET_MS), ("ratio", ratio <= RATIO_TARGET))
+            if not ok
+        ]
     print("MISSED: " + ", ".join(missed) if missed else "targets met")
     return 1 if missed else 0
 

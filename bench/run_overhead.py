@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from _corpus import REPO, KiB, EmbeddedHome, free_port, served_corpus
+from _corpus import REPO, EmbeddedHome, KiB, free_port, served_corpus
 
 BIN = Path(sys.executable).parent
 SEED = 20261201
@@ -140,7 +139,11 @@ class Deployment:
         self.log = (self.root / "dagster-dev.log").open("wb")
         self.process = subprocess.Popen(
             [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(self.port)],
-            cwd=self.root, env=self.embedded.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=self.root,
+            env=self.embedded.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         wait_for("both code locations to load", self._locations_loaded, timeout=180, every=0.5)
         # Every sensor has ticked once: the daemon is up and the next tick of each is at most 5 s away.
@@ -155,7 +158,7 @@ class Deployment:
             return False
         entries = {entry["name"]: entry for entry in answer["data"]["workspaceOrError"]["locationEntries"]}
         for name in LOCATIONS:
-            error = ((entries.get(name) or {}).get("locationOrLoadError") or {})
+            error = (entries.get(name) or {}).get("locationOrLoadError") or {}
             if error.get("__typename") == "PythonError":
                 raise SystemExit(f"code location {name} failed to load: {error['message']}")
         return all((entries.get(name) or {}).get("loadStatus") == "LOADED" for name in LOCATIONS)
@@ -164,7 +167,8 @@ class Deployment:
         states = {state.name: state for state in self.instance.all_instigator_state()}
         ticked = [
             self.instance.get_ticks(states[name].instigator_origin_id, states[name].selector_id, limit=1)
-            for name in ("floor_sensor", "pipeline_events") if name in states
+            for name in ("floor_sensor", "pipeline_events")
+            if name in states
         ]
         return len(ticked) == 2 and all(ticked)
 
@@ -190,8 +194,16 @@ class Deployment:
         return wait_for(f"{count} finished runs tagged {tags}", done, timeout=timeout, every=0.25)
 
 
-def seed_pipelines(deployment: Deployment, urls: list[str], *, pages_per_pipeline: int, count: int,
-                   event_type: str | None, name: str, scheduled: bool = False) -> tuple[int, list[int]]:
+def seed_pipelines(
+    deployment: Deployment,
+    urls: list[str],
+    *,
+    pages_per_pipeline: int,
+    count: int,
+    event_type: str | None,
+    name: str,
+    scheduled: bool = False,
+) -> tuple[int, list[int]]:
     """A workspace with `count` KB pipelines, each over its own connector of `pages_per_pipeline` URLs."""
     from pipelines_dagster import services
     from pipelines_dagster.app_db.engine import transaction
@@ -202,17 +214,25 @@ def seed_pipelines(deployment: Deployment, urls: list[str], *, pages_per_pipelin
     with transaction(deployment.sessions) as session:
         workspace_id = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{name}").workspace.id
         for number in range(count):
-            chunk = urls[number * pages_per_pipeline:(number + 1) * pages_per_pipeline]
-            connector = catalog.create_connector(session, workspace_id=workspace_id, connector_type="webcrawler",
-                                                 urls=chunk, name=f"{name} site {number}")
+            chunk = urls[number * pages_per_pipeline : (number + 1) * pages_per_pipeline]
+            connector = catalog.create_connector(
+                session,
+                workspace_id=workspace_id,
+                connector_type="webcrawler",
+                urls=chunk,
+                name=f"{name} site {number}",
+            )
             pipeline = services.create_pipeline(
-                session, deployment.instance, workspace_id=workspace_id, connector_id=connector.id,
-                name=f"{name} {number}", folder_name=f"{name} docs",
+                session,
+                deployment.instance,
+                workspace_id=workspace_id,
+                connector_id=connector.id,
+                name=f"{name} {number}",
+                folder_name=f"{name} docs",
                 schedule=catalog.ScheduleSpec(cron=NEVER, timezone="UTC") if scheduled else None,
             )
             if event_type is not None:
-                create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline.id,
-                                     event_type=event_type)
+                create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline.id, event_type=event_type)
             pipeline_ids.append(pipeline.id)
     return workspace_id, pipeline_ids
 
@@ -246,12 +266,21 @@ def measure_ours(deployment: Deployment, workspace_id: int, count: int) -> dict[
     with CpuMeter(deployment.process.pid) as cpu:
         started = time.time()
         with transaction(deployment.sessions) as session:
-            event_id = emit_event(session, workspace_id=workspace_id, event_type="refresh.requested",
-                                  payload={"reason": "run overhead bench"}).id
+            event_id = emit_event(
+                session,
+                workspace_id=workspace_id,
+                event_type="refresh.requested",
+                payload={"reason": "run overhead bench"},
+            ).id
         records = deployment.finished_runs({"event_id": str(event_id)}, count, timeout=60 * 30)
     seconds, per_minute = rate(count, started, records)
-    return {"seconds": seconds, "per_minute": per_minute, "succeeded": succeeded(records), "cpu": cpu,
-            "run_ids": [record.dagster_run.run_id for record in records]}
+    return {
+        "seconds": seconds,
+        "per_minute": per_minute,
+        "succeeded": succeeded(records),
+        "cpu": cpu,
+        "run_ids": [record.dagster_run.run_id for record in records],
+    }
 
 
 def measure_manual(deployment: Deployment, workspace_id: int, pipeline_id: int) -> dict[str, Any]:
@@ -288,21 +317,31 @@ def measure_batched(deployment: Deployment, workspace_id: int, pipeline_ids: lis
     with CpuMeter(deployment.process.pid) as cpu:
         due = time.time()
         with transaction(deployment.sessions) as session:
-            session.execute(sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id.in_(pipeline_ids))
-                            .values(next_fire_at=datetime.fromtimestamp(due, UTC)))
+            session.execute(
+                sa.update(PipelineTrigger)
+                .where(PipelineTrigger.pipeline_id.in_(pipeline_ids))
+                .values(next_fire_at=datetime.fromtimestamp(due, UTC))
+            )
         records = wait_for(f"{count} scheduled pipelines to run", finished, timeout=60 * 30, every=0.5)
     seconds, per_minute = rate(count, due, records)
     first_run = min(record.create_timestamp.timestamp() for record in records)
     crawled = deployment.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("crawl_results"),
-                              asset_partitions=[str(pipeline_id) for pipeline_id in pipeline_ids], after_timestamp=due),
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("crawl_results"),
+            asset_partitions=[str(pipeline_id) for pipeline_id in pipeline_ids],
+            after_timestamp=due,
+        ),
         limit=count * 2,
     ).records
     return {
-        "seconds": seconds, "per_minute": per_minute, "cpu": cpu, "runs": len(records),
+        "seconds": seconds,
+        "per_minute": per_minute,
+        "cpu": cpu,
+        "runs": len(records),
         "tick_latency": first_run - due,
         "batch_runs": sum(record.dagster_run.job_name == pipeline_batch.name for record in records),
-        "succeeded": succeeded(records), "crawled": len({record.partition_key for record in crawled}),
+        "succeeded": succeeded(records),
+        "crawled": len({record.partition_key for record in crawled}),
     }
 
 
@@ -316,7 +355,9 @@ def _finished_record(deployment: Deployment, run_id: str) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=40, help="runs in (a) and (b); at least 40")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of (a) and (b), interleaved; the best of each counts")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds of (a) and (b), interleaved; the best of each counts"
+    )
     parser.add_argument("--scheduled", type=int, default=240, help="pipelines falling due together in (d)")
     args = parser.parse_args()
     if args.runs < 40:
@@ -327,48 +368,68 @@ def main() -> int:
         server, urls = stack.enter_context(served_corpus(pages=n + 2 + m, min_bytes=50 * KiB, seed=SEED))
         trigger_file = Path(tempfile.mkdtemp(prefix="run-overhead-")) / "floor-trigger.json"
         stack.callback(shutil.rmtree, trigger_file.parent, ignore_errors=True)
-        home = stack.enter_context(EmbeddedHome(
-            PIPELINES_DAGSTER_URL=f"http://127.0.0.1:{free_port()}", FLOOR_TRIGGER_FILE=str(trigger_file)
-        ))
+        home = stack.enter_context(
+            EmbeddedHome(PIPELINES_DAGSTER_URL=f"http://127.0.0.1:{free_port()}", FLOOR_TRIGGER_FILE=str(trigger_file))
+        )
         deployment = Deployment(home, trigger_file)
         stack.callback(deployment.stop)
         deployment.start()
         # Every round of (b) fires new pipelines (a workspace each), so each run is a first crawl.
         workspaces = [
-            seed_pipelines(deployment, urls[:n], pages_per_pipeline=1, count=n, event_type="refresh.requested",
-                           name=f"overhead {number}")[0]
+            seed_pipelines(
+                deployment,
+                urls[:n],
+                pages_per_pipeline=1,
+                count=n,
+                event_type="refresh.requested",
+                name=f"overhead {number}",
+            )[0]
             for number in range(args.rounds)
         ]
-        manual_workspace, [manual_pipeline] = seed_pipelines(deployment, urls[n:n + 2], pages_per_pipeline=2,
-                                                             count=1, event_type=None, name="manual")
-        scheduled_workspace, scheduled = seed_pipelines(deployment, urls[n + 2:], pages_per_pipeline=1, count=m,
-                                                        event_type=None, name="scheduled", scheduled=True)
-        print(f"dagster dev over 2 code locations, DAGSTER_HOME {deployment.home} (deploy/dagster.yaml), "
-              f"pages of 50 KiB served on loopback; {n} runs in (a) and (b), {args.rounds} rounds, "
-              f"{m} pipelines in (d)")
+        manual_workspace, [manual_pipeline] = seed_pipelines(
+            deployment, urls[n : n + 2], pages_per_pipeline=2, count=1, event_type=None, name="manual"
+        )
+        scheduled_workspace, scheduled = seed_pipelines(
+            deployment, urls[n + 2 :], pages_per_pipeline=1, count=m, event_type=None, name="scheduled", scheduled=True
+        )
+        print(
+            f"dagster dev over 2 code locations, DAGSTER_HOME {deployment.home} (deploy/dagster.yaml), "
+            f"pages of 50 KiB served on loopback; {n} runs in (a) and (b), {args.rounds} rounds, "
+            f"{m} pipelines in (d)"
+        )
         floors, ours = [], []
         for number, workspace_id in enumerate(workspaces, start=1):
             floor = measure_floor(deployment, n, job="floor_job")
             floors.append(floor)
-            print(f"(a)  round {number}: floor, trivial asset, step in the run's process: {floor['per_minute']:5.1f} "
-                  f"runs/min ({n} runs in {floor['seconds']:.1f} s, {floor['succeeded']} succeeded, "
-                  f"{floor['cpu'].describe(n)})")
+            print(
+                f"(a)  round {number}: floor, trivial asset, step in the run's process: {floor['per_minute']:5.1f} "
+                f"runs/min ({n} runs in {floor['seconds']:.1f} s, {floor['succeeded']} succeeded, "
+                f"{floor['cpu'].describe(n)})"
+            )
             result = measure_ours(deployment, workspace_id, n)
             ours.append(result)
-            print(f"(b)  round {number}: ours, one event -> {n} one-page KB pipelines: {result['per_minute']:5.1f} "
-                  f"runs/min ({n} runs in {result['seconds']:.1f} s, {result['succeeded']} succeeded, "
-                  f"{result['cpu'].describe(n)})")
+            print(
+                f"(b)  round {number}: ours, one event -> {n} one-page KB pipelines: {result['per_minute']:5.1f} "
+                f"runs/min ({n} runs in {result['seconds']:.1f} s, {result['succeeded']} succeeded, "
+                f"{result['cpu'].describe(n)})"
+            )
         default = measure_floor(deployment, n, job="floor_job_multiprocess")
-        print(f"(a') the floor with Dagster's default executor (a subprocess per step): {default['per_minute']:5.1f} "
-              f"runs/min ({n} runs in {default['seconds']:.1f} s, {default['cpu'].describe(n)}) [reference only]")
+        print(
+            f"(a') the floor with Dagster's default executor (a subprocess per step): {default['per_minute']:5.1f} "
+            f"runs/min ({n} runs in {default['seconds']:.1f} s, {default['cpu'].describe(n)}) [reference only]"
+        )
         manual = measure_manual(deployment, manual_workspace, manual_pipeline)
-        print(f"(c)  one 2-page manual run: RUN_START -> RUN_SUCCESS {manual['run_seconds']:.2f} s, crawl step "
-              f"{manual['crawl_step_seconds']:.2f} s, {manual['steps']} steps")
+        print(
+            f"(c)  one 2-page manual run: RUN_START -> RUN_SUCCESS {manual['run_seconds']:.2f} s, crawl step "
+            f"{manual['crawl_step_seconds']:.2f} s, {manual['steps']} steps"
+        )
         batched = measure_batched(deployment, scheduled_workspace, scheduled)
-        print(f"(d)  {m} one-page KB pipelines falling due together: {batched['per_minute']:5.1f} pipeline crawls/min "
-              f"({batched['crawled']} crawled in {batched['seconds']:.1f} s, of which {batched['tick_latency']:.1f} s "
-              f"before the schedule sensor's tick made the first run; {batched['runs']} runs, "
-              f"{batched['batch_runs']} of them batch runs; {batched['cpu'].describe(m, per='pipeline')})")
+        print(
+            f"(d)  {m} one-page KB pipelines falling due together: {batched['per_minute']:5.1f} pipeline crawls/min "
+            f"({batched['crawled']} crawled in {batched['seconds']:.1f} s, of which {batched['tick_latency']:.1f} s "
+            f"before the schedule sensor's tick made the first run; {batched['runs']} runs, "
+            f"{batched['batch_runs']} of them batch runs; {batched['cpu'].describe(m, per='pipeline')})"
+        )
 
     # Other work on a shared machine only ever slows a round down: the fastest round of each is the truest.
     floor = max(floors, key=lambda result: result["per_minute"])
@@ -382,17 +443,24 @@ def main() -> int:
         failures.append(f"(c) took {manual['run_seconds']:.2f} s, over {MANUAL_TARGET_SECONDS:g} s")
     if batched_ratio < BATCHED_TARGET:
         failures.append(f"(d)/(a) = {batched_ratio:.2f} is below {BATCHED_TARGET}")
-    measured = [*(("(a)", result, n) for result in floors), ("(a')", default, n), *(("(b)", result, n) for result in ours),
-                ("(c)", manual, 1), ("(d)", batched, batched["runs"])]
+    measured = [
+        *(("(a)", result, n) for result in floors),
+        ("(a')", default, n),
+        *(("(b)", result, n) for result in ours),
+        ("(c)", manual, 1),
+        ("(d)", batched, batched["runs"]),
+    ]
     for name, result, expected in measured:
         if result["succeeded"] != expected:
             failures.append(f"{name}: {result['succeeded']} of {expected} runs succeeded")
     if batched["crawled"] != m:
         failures.append(f"(d): {batched['crawled']} of {m} pipelines were crawled")
     paired = ", ".join(f"{b['per_minute'] / a['per_minute']:.2f}" for a, b in zip(floors, ours))
-    print(f"best of {args.rounds} rounds: (a) {floor['per_minute']:.1f}, (b) {best['per_minute']:.1f} runs/min; "
-          f"(b)/(a) = {ratio:.2f} (target >= {RATIO_TARGET}; each round's own: {paired}); "
-          f"(d)/(a) = {batched_ratio:.2f} (target >= {BATCHED_TARGET})")
+    print(
+        f"best of {args.rounds} rounds: (a) {floor['per_minute']:.1f}, (b) {best['per_minute']:.1f} runs/min; "
+        f"(b)/(a) = {ratio:.2f} (target >= {RATIO_TARGET}; each round's own: {paired}); "
+        f"(d)/(a) = {batched_ratio:.2f} (target >= {BATCHED_TARGET})"
+    )
     print("FAIL: " + "; ".join(failures) if failures else "PASS")
     return 1 if failures else 0
 

@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import create_engine
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, Workspace
-from pipelines_dagster.runs import batch_pipeline_ids
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.runs import batch_pipeline_ids
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.settings import Settings
 
@@ -40,27 +40,57 @@ def fill(engine: sa.Engine, total: int, now: datetime) -> None:
         ).scalar_one()
         # Schedules fire only pipelines over a connector.
         connector_id = conn.execute(
-            sa.insert(Connector).values(workspace_id=workspace_id, name="web", connector_type="webcrawler",
-                                        config={"INITIAL_URLS": ["https://example.com/"]}, created_at=now)
+            sa.insert(Connector)
+            .values(
+                workspace_id=workspace_id,
+                name="web",
+                connector_type="webcrawler",
+                config={"INITIAL_URLS": ["https://example.com/"]},
+                created_at=now,
+            )
             .returning(Connector.id)
         ).scalar_one()
         for start in range(0, total, 10_000):
             count = min(10_000, total - start)
-            ids = conn.execute(
-                sa.insert(Pipeline).returning(Pipeline.id, sort_by_parameter_order=True),
-                [{"workspace_id": workspace_id, "connector_id": connector_id, "name": f"p{start + n}", "save_to_kb": True,
-                  "config": {},
-                  "enabled": True, "system_managed": False, "created_at": now, "updated_at": now}
-                 for n in range(count)],
-            ).scalars().all()
+            ids = (
+                conn.execute(
+                    sa.insert(Pipeline).returning(Pipeline.id, sort_by_parameter_order=True),
+                    [
+                        {
+                            "workspace_id": workspace_id,
+                            "connector_id": connector_id,
+                            "name": f"p{start + n}",
+                            "save_to_kb": True,
+                            "config": {},
+                            "enabled": True,
+                            "system_managed": False,
+                            "created_at": now,
+                            "updated_at": now,
+                        }
+                        for n in range(count)
+                    ],
+                )
+                .scalars()
+                .all()
+            )
             conn.execute(
                 sa.insert(PipelineTrigger),
-                [{"workspace_id": workspace_id, "pipeline_id": pipeline_id, "kind": "schedule",
-                  "cron": CRONS[(start + n) % len(CRONS)], "timezone": ZONES[(start + n) % len(ZONES)],
-                  "enabled": True, "created_at": now, "updated_at": now,
-                  "next_fire_at": now - timedelta(seconds=1 + n % 50) if start + n < DUE
-                  else now + timedelta(minutes=5 + (start + n) % 600)}
-                 for n, pipeline_id in enumerate(ids)],
+                [
+                    {
+                        "workspace_id": workspace_id,
+                        "pipeline_id": pipeline_id,
+                        "kind": "schedule",
+                        "cron": CRONS[(start + n) % len(CRONS)],
+                        "timezone": ZONES[(start + n) % len(ZONES)],
+                        "enabled": True,
+                        "created_at": now,
+                        "updated_at": now,
+                        "next_fire_at": now - timedelta(seconds=1 + n % 50)
+                        if start + n < DUE
+                        else now + timedelta(minutes=5 + (start + n) % 600),
+                    }
+                    for n, pipeline_id in enumerate(ids)
+                ],
             )
     with engine.connect() as conn:
         conn.execute(sa.text("ANALYZE pipeline_triggers"))
@@ -70,8 +100,9 @@ def fill(engine: sa.Engine, total: int, now: datetime) -> None:
 def one_tick(url: str, instance: dg.DagsterInstance) -> tuple[float, int, int]:
     """(seconds, pipelines fired, runs requested) of one tick with the default run batch size."""
     sensor = build_schedule_sensor(batch_size=500, run_batch_size=Settings().run_batch_size)
-    with dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(),
-                                 resources={"app_db": AppDatabaseResource(url=url)}) as context:
+    with dg.build_sensor_context(
+        instance=instance, instance_ref=instance.get_ref(), resources={"app_db": AppDatabaseResource(url=url)}
+    ) as context:
         started = time.perf_counter()
         result = sensor(context)
         seconds = time.perf_counter() - started

@@ -135,7 +135,10 @@ def build_page_change_tools(*, workspace_id: int | None, sessions: sessionmaker[
     def get_page_changes(arguments: PageChangesArguments) -> str:
         with sessions() as session:
             changes, _ = list_changes(
-                session, workspace_id=workspace_id, pipeline_id=arguments.pipeline_id, status=arguments.status,
+                session,
+                workspace_id=workspace_id,
+                pipeline_id=arguments.pipeline_id,
+                status=arguments.status,
                 limit=arguments.limit,
             )
         return render_changes(changes)

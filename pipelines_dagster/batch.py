@@ -19,15 +19,15 @@ import pydantic
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message
 from pipelines_dagster.assets.crawl_results import crawl_partition, retry_plan
-from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.core.scheduler import Fire
-from pipelines_dagster.runs import TRIGGER_TAG, Trigger, batch_run_key, batch_tags
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
+from pipelines_dagster.runs import TRIGGER_TAG, Trigger, batch_run_key, batch_tags
 
 OP_NAME = "run_pipelines"
 T = TypeVar("T")
@@ -58,8 +58,10 @@ def _with_retries(call: Callable[[int], T], *, log: dg.DagsterLogManager, what: 
             if attempt > policy.max_retries:
                 raise cause from None
             delay = policy.delay(attempt)
-            log.warning(f"{what}: attempt {attempt} failed ({error_message(cause)}); retrying in {delay:g} s "
-                        f"({policy.backoff.value} backoff, retry {attempt} of {policy.max_retries})")
+            log.warning(
+                f"{what}: attempt {attempt} failed ({error_message(cause)}); retrying in {delay:g} s "
+                f"({policy.backoff.value} backoff, retry {attempt} of {policy.max_retries})"
+            )
             time.sleep(delay)
 
 
@@ -69,8 +71,9 @@ def _run_member(
     """One pipeline of a batch run: its crawl and everything that follows it, as events to log."""
     try:
         crawl = _with_retries(
-            lambda attempt: crawl_partition(context.instance, context.run, steps.key, **resources, trigger_tags={},
-                                            log=context.log, attempt=attempt),
+            lambda attempt: crawl_partition(
+                context.instance, context.run, steps.key, **resources, trigger_tags={}, log=context.log, attempt=attempt
+            ),
             log=context.log,
             what=f"pipeline {pipeline.pipeline_id}: crawl_results",
         )
@@ -100,8 +103,9 @@ def run_pipelines(
     resources = {"app_db": app_db, "locks": locks, "billing": billing, "blob_store": blob_store, "crawler": crawler}
     failed: dict[int, list[str]] = {}
     for pipeline in config.pipelines:
-        steps = PartitionSteps(context.instance, partition_key(pipeline.pipeline_id), app_db=app_db,
-                               blob_store=blob_store, log=context.log)
+        steps = PartitionSteps(
+            context.instance, partition_key(pipeline.pipeline_id), app_db=app_db, blob_store=blob_store, log=context.log
+        )
         yield from _run_member(context, pipeline, resources, steps)
         if steps.errors:
             failed[pipeline.pipeline_id] = steps.errors
@@ -131,7 +135,9 @@ def batch_run_request(fires: Sequence[Fire]) -> dg.RunRequest:
     config = PipelineBatchConfig(
         pipelines=[
             BatchPipeline(
-                pipeline_id=fire.pipeline_id, workspace_id=fire.workspace_id, scheduled_for=fire.scheduled_for.isoformat()
+                pipeline_id=fire.pipeline_id,
+                workspace_id=fire.workspace_id,
+                scheduled_for=fire.scheduled_for.isoformat(),
             )
             for fire in fires
         ]

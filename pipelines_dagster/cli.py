@@ -16,13 +16,13 @@ import click
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipelines_dagster import demo as demo_site
+from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
 from pipelines_dagster.app_db.models import ConnectorType, Pipeline
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
-from pipelines_dagster import demo as demo_site
-from pipelines_dagster import services
 from pipelines_dagster.core.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
@@ -236,11 +236,13 @@ def pipeline_ref(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def schedule_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed([
-        click.option("--cron", default=None, help="Cron expression, five fields; needs --timezone."),
-        click.option("--timezone", default=None, help="IANA timezone of --cron, e.g. Europe/Stockholm."),
-        click.option("--every-minutes", type=int, default=None, help="Run every N minutes instead of a cron."),
-    ]):
+    for option in reversed(
+        [
+            click.option("--cron", default=None, help="Cron expression, five fields; needs --timezone."),
+            click.option("--timezone", default=None, help="IANA timezone of --cron, e.g. Europe/Stockholm."),
+            click.option("--every-minutes", type=int, default=None, help="Run every N minutes instead of a cron."),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -255,15 +257,30 @@ def retry_options(*, defaults: bool) -> Callable[[Callable[..., Any]], Callable[
     """`--retry-backoff/--retry-max/--retry-delay`; without defaults an option left out is None."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed([
-            click.option("--retry-backoff", default=DEFAULT_BACKOFF.value if defaults else None,
-                         show_default=defaults, help="How a failed crawl is retried: linear or exponential."),
-            click.option("--retry-max", default=DEFAULT_MAX_RETRIES if defaults else None, show_default=defaults,
-                         type=int, help=f"Retries of a failed crawl, 0 to {MAX_RETRIES}."),
-            click.option("--retry-delay", default=DEFAULT_DELAY_SECONDS if defaults else None,
-                         show_default=defaults, type=float,
-                         help="Seconds before the first retry; linear adds it per retry, exponential doubles it."),
-        ]):
+        for option in reversed(
+            [
+                click.option(
+                    "--retry-backoff",
+                    default=DEFAULT_BACKOFF.value if defaults else None,
+                    show_default=defaults,
+                    help="How a failed crawl is retried: linear or exponential.",
+                ),
+                click.option(
+                    "--retry-max",
+                    default=DEFAULT_MAX_RETRIES if defaults else None,
+                    show_default=defaults,
+                    type=int,
+                    help=f"Retries of a failed crawl, 0 to {MAX_RETRIES}.",
+                ),
+                click.option(
+                    "--retry-delay",
+                    default=DEFAULT_DELAY_SECONDS if defaults else None,
+                    show_default=defaults,
+                    type=float,
+                    help="Seconds before the first retry; linear adds it per retry, exponential doubles it.",
+                ),
+            ]
+        ):
             command = option(command)
         return command
 
@@ -285,8 +302,12 @@ def retry_of(backoff: str | None, max_retries: int | None, delay: float | None) 
 @click.option("--workspace", "workspace_id", required=True, type=int)
 @click.option("--connector", "connector_id", required=True, type=int)
 @click.option("--name", required=True)
-@click.option("--save-to-kb/--no-save-to-kb", default=True, show_default=True,
-              help="Save pages as KB documents, or keep only the raw crawl result.")
+@click.option(
+    "--save-to-kb/--no-save-to-kb",
+    default=True,
+    show_default=True,
+    help="Save pages as KB documents, or keep only the raw crawl result.",
+)
 @click.option("--folder", default=None, help="Destination KB folder (created if missing; root if omitted).")
 @click.option("--folder-id", type=int, default=None, help="Destination KB folder by id, instead of --folder.")
 @click.option("--url", "urls", multiple=True, help="A URL this pipeline crawls instead of its connector's; repeat.")
@@ -364,7 +385,9 @@ def describe(shown: schemas.PipelineOut) -> str:
     if schedule is None:
         when = "no schedule"
     else:
-        every = f"cron {schedule.cron!r} {schedule.timezone}" if schedule.cron else f"every {schedule.every_minutes} min"
+        every = (
+            f"cron {schedule.cron!r} {schedule.timezone}" if schedule.cron else f"every {schedule.every_minutes} min"
+        )
         when = f"{every}, next {schedule.next_fire_at.isoformat()}" if schedule.next_fire_at else f"{every}, off"
     state = "enabled" if shown.enabled else "disabled"
     managed = ", connector's own indexing" if shown.system_managed else ""
@@ -383,7 +406,9 @@ def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
 @pipeline.command("update")
 @pipeline_ref
 @click.option("--name", default=None)
-@click.option("--save-to-kb/--no-save-to-kb", default=None, help="Save pages as KB documents, or keep only the raw crawl.")
+@click.option(
+    "--save-to-kb/--no-save-to-kb", default=None, help="Save pages as KB documents, or keep only the raw crawl."
+)
 @click.option("--folder", default=None, help="Destination KB folder by name (created if missing).")
 @click.option("--folder-id", type=int, default=None, help="Destination KB folder by id.")
 @click.option("--no-folder", is_flag=True, help="Save into the KB root.")
@@ -458,14 +483,14 @@ def pipeline_list(workspace_id: int, as_json: bool) -> None:
 def pipeline_show(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
     """One pipeline: its settings, schedule and retry policy."""
     with open_sessions(load_settings())() as session:
-        show_pipeline(session, catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id), as_json)
+        show_pipeline(
+            session, catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id), as_json
+        )
 
 
 def _set_enabled(workspace_id: int, pipeline_id: int, enabled: bool, as_json: bool) -> None:
     with transaction(open_sessions(load_settings())) as session:
-        catalog.set_pipeline_enabled(
-            session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled
-        )
+        catalog.set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled)
     state = "enabled" if enabled else "disabled"
     emit(as_json, {"id": pipeline_id, "enabled": enabled}, f"pipeline {pipeline_id} {state}")
 
@@ -581,9 +606,7 @@ def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None
     from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError, launch_pipeline_run
 
     try:
-        run_id = launch_pipeline_run(
-            open_sessions(load_settings()), workspace_id=workspace_id, pipeline_id=pipeline_id
-        )
+        run_id = launch_pipeline_run(open_sessions(load_settings()), workspace_id=workspace_id, pipeline_id=pipeline_id)
     except (RunRefused, DagsterUnavailableError, LaunchFailedError) as exc:
         raise click.ClickException(str(exc)) from None
     emit(as_json, {"id": run_id, "run_id": run_id, "pipeline_id": pipeline_id}, run_id)
@@ -667,16 +690,23 @@ def trigger_create(
             made = create_webhook_trigger(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, signing=signing or "standard"
             )
-            payload = {"id": made.trigger.id, "kind": kind, "signing": made.trigger.signing,
-                       "webhook_path": f"/webhooks/{made.token}", "secret": made.secret}
+            payload = {
+                "id": made.trigger.id,
+                "kind": kind,
+                "signing": made.trigger.signing,
+                "webhook_path": f"/webhooks/{made.token}",
+                "secret": made.secret,
+            }
             how = (
                 "headers webhook-id, webhook-timestamp and webhook-signature: v1,base64(HMAC-SHA256("
                 f'"{{id}}.{{timestamp}}.{{body}}", {made.secret}))'
                 if made.trigger.signing == "standard"
                 else f"X-Hub-Signature-256: sha256=HMAC-SHA256(body, {made.secret})"
             )
-            text = (f"webhook trigger {made.trigger.id} ({made.trigger.signing} signing): "
-                    f"POST /webhooks/{made.token}\nsign each delivery: {how} (shown once)")
+            text = (
+                f"webhook trigger {made.trigger.id} ({made.trigger.signing} signing): "
+                f"POST /webhooks/{made.token}\nsign each delivery: {how} (shown once)"
+            )
         else:
             subscribed = create_event_trigger(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=event_type
@@ -705,13 +735,23 @@ def trigger_rotate_secret(
     """Give a standard-mode webhook trigger a new signing secret (printed once)."""
     with transaction(open_sessions(load_settings())) as session:
         rotated = rotate_signing_secret(
-            session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id,
+            session,
+            workspace_id=workspace_id,
+            pipeline_id=pipeline_id,
+            trigger_id=trigger_id,
             overlap_seconds=overlap_seconds,
         )
-        payload = {"id": trigger_id, "secret": rotated.secret,
-                   "previous_secret_expires_at": rotated.previous_expires_at.isoformat()}
-    emit(as_json, payload, f"trigger {trigger_id}: new secret {rotated.secret} (shown once); "
-                           f"the previous one verifies until {payload['previous_secret_expires_at']}")
+        payload = {
+            "id": trigger_id,
+            "secret": rotated.secret,
+            "previous_secret_expires_at": rotated.previous_expires_at.isoformat(),
+        }
+    emit(
+        as_json,
+        payload,
+        f"trigger {trigger_id}: new secret {rotated.secret} (shown once); "
+        f"the previous one verifies until {payload['previous_secret_expires_at']}",
+    )
 
 
 @main.group()
@@ -722,7 +762,7 @@ def event() -> None:
 @event.command("emit")
 @click.option("--workspace", "workspace_id", required=True, type=int)
 @click.option("--type", "event_type", required=True, help="One of: " + ", ".join(m.value for m in EventType) + ".")
-@click.option("--payload", default="{}", help='A JSON object, e.g. \'{"connector_id": 3}\'.')
+@click.option("--payload", default="{}", help="A JSON object, e.g. '{\"connector_id\": 3}'.")
 @json_option
 @user_errors
 def event_emit(workspace_id: int, event_type: str, payload: str, as_json: bool) -> None:

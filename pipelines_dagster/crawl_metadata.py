@@ -53,10 +53,13 @@ class CrawlMetadata:
     def read(cls, metadata: Mapping[str, dg.MetadataValue | Any]) -> CrawlMetadata:
         """From a materialization's metadata (Dagster's values or plain ones, as a step returns them)."""
         values = {key: value.value if isinstance(value, dg.MetadataValue) else value for key, value in metadata.items()}
-        return cls(**{
-            name: values[name] for name, field in cls.__dataclass_fields__.items()
-            if name in values and _fits(values[name], str(field.type))
-        })
+        return cls(
+            **{
+                name: values[name]
+                for name, field in cls.__dataclass_fields__.items()
+                if name in values and _fits(values[name], str(field.type))
+            }
+        )
 
     @classmethod
     def of_event(cls, record: dg.EventLogRecord | None) -> CrawlMetadata:

@@ -7,8 +7,8 @@ import gc
 
 import dagster as dg
 
-from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.checks import asset_checks
+from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.batch import pipeline_batch

@@ -26,8 +26,8 @@ from pipelines_dagster.app_db.models import Connector, Document, Pipeline, Works
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
-from pipelines_dagster.resources import build_resources
 from pipelines_dagster.crawl_metadata import CrawlMetadata
+from pipelines_dagster.resources import build_resources
 from pipelines_dagster.runs import run_tags
 from pipelines_dagster.settings import Settings, load_settings
 
@@ -74,7 +74,9 @@ def serve_site(*, port: int, site_dir: Path = SITE_DIR) -> Iterator[str]:
     try:
         server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as exc:
-        raise SitePortBusyError(f"cannot serve the demo site on 127.0.0.1:{port} ({exc.strerror}); pass --site-port") from None
+        raise SitePortBusyError(
+            f"cannot serve the demo site on 127.0.0.1:{port} ({exc.strerror}); pass --site-port"
+        ) from None
     thread = threading.Thread(target=server.serve_forever, name="demo-site", daemon=True)
     thread.start()
     try:
@@ -106,12 +108,21 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url
         )
         if pipeline is None:
             connector = services.create_connector(
-                session, instance, workspace_id=workspace.id, connector_type="webcrawler",
-                urls=urls, name="Northwind docs site",
+                session,
+                instance,
+                workspace_id=workspace.id,
+                connector_type="webcrawler",
+                urls=urls,
+                name="Northwind docs site",
             )
             pipeline = services.create_pipeline(
-                session, instance, workspace_id=workspace.id, connector_id=connector.id,
-                name=DEMO_PIPELINE, save_to_kb=True, folder_name=DEMO_FOLDER,
+                session,
+                instance,
+                workspace_id=workspace.id,
+                connector_id=connector.id,
+                name=DEMO_PIPELINE,
+                save_to_kb=True,
+                folder_name=DEMO_FOLDER,
             )
         else:
             # The site's port may differ from the last demo's.
@@ -142,9 +153,9 @@ def run_once(
     kb = _metadata(result, "kb_documents")
     with sessions() as session:
         ready = session.scalar(
-            sa.select(sa.func.count()).select_from(Document).where(
-                Document.workspace_id == demo.workspace_id, Document.status_state == "ready"
-            )
+            sa.select(sa.func.count())
+            .select_from(Document)
+            .where(Document.workspace_id == demo.workspace_id, Document.status_state == "ready")
         )
     summary = {
         "workspace_id": demo.workspace_id,

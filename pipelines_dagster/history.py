@@ -23,6 +23,7 @@ from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.batch import OP_NAME, pipeline_batch
 from pipelines_dagster.crawl_metadata import CrawlMetadata
+from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.runs import (
     MEMBER,
     PARTITION_TAG,
@@ -33,7 +34,6 @@ from pipelines_dagster.runs import (
     member_workspace_tag,
     pipeline_id_of,
 )
-from pipelines_dagster.partitions import partition_key
 
 if TYPE_CHECKING:
     from dagster._core.events import StepFailureData
@@ -61,8 +61,12 @@ DAGSTER_STATUSES: Mapping[RunStatus, list[dg.DagsterRunStatus]] = {
 BATCH_RUN_STATUSES: Mapping[RunStatus, list[dg.DagsterRunStatus]] = {
     "queued": [*DAGSTER_STATUSES["queued"], dg.DagsterRunStatus.STARTED],
     "running": DAGSTER_STATUSES["running"],
-    "succeeded": [*DAGSTER_STATUSES["running"], *DAGSTER_STATUSES["succeeded"], *DAGSTER_STATUSES["failed"],
-                  *DAGSTER_STATUSES["canceled"]],
+    "succeeded": [
+        *DAGSTER_STATUSES["running"],
+        *DAGSTER_STATUSES["succeeded"],
+        *DAGSTER_STATUSES["failed"],
+        *DAGSTER_STATUSES["canceled"],
+    ],
     "failed": [*DAGSTER_STATUSES["running"], *DAGSTER_STATUSES["failed"], *DAGSTER_STATUSES["canceled"]],
     "canceled": DAGSTER_STATUSES["canceled"],
 }
@@ -264,7 +268,8 @@ class RunHistory:
         names = self._pipeline_names(workspace_id)
         records = self._run_records(workspace_id, names, run_ids=[run_id], limit=1)
         entries = [
-            entry for entry in self._entries(workspace_id, records, None)
+            entry
+            for entry in self._entries(workspace_id, records, None)
             if pipeline_id is None or entry.pipeline_id == pipeline_id
         ]
         if not entries:
@@ -404,8 +409,10 @@ class RunHistory:
             return {}
         fetched = {
             (kind, asset_key): self._asset_records(fetch, asset_key, entries)
-            for kind, fetch in (("materialization", self._instance.fetch_materializations),
-                                ("observation", self._instance.fetch_observations))
+            for kind, fetch in (
+                ("materialization", self._instance.fetch_materializations),
+                ("observation", self._instance.fetch_observations),
+            )
             for asset_key in STEP_ASSETS
         }
         return {

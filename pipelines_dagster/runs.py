@@ -110,7 +110,10 @@ def batch_tags(members: Iterable[tuple[int, int]], *, trigger: str) -> dict[str,
     members = list(members)
     shown = ", ".join(str(pipeline_id) for pipeline_id, _ in members[:PIPELINES_SHOWN])
     more = len(members) - PIPELINES_SHOWN
-    tags = {TRIGGER_TAG: checked_trigger(trigger).value, PIPELINES_SUMMARY_TAG: f"{shown} and {more} more" if more > 0 else shown}
+    tags = {
+        TRIGGER_TAG: checked_trigger(trigger).value,
+        PIPELINES_SUMMARY_TAG: f"{shown} and {more} more" if more > 0 else shown,
+    }
     for pipeline_id, workspace_id in members:
         tags[member_pipeline_tag(pipeline_id)] = MEMBER
         tags[member_workspace_tag(workspace_id)] = MEMBER
@@ -122,7 +125,7 @@ def batch_pipeline_ids(tags: Mapping[str, str]) -> list[int]:
     return sorted(
         int(key.removeprefix(_MEMBER_PIPELINE_PREFIX))
         for key, value in tags.items()
-        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and key[len(_MEMBER_PIPELINE_PREFIX):].isdigit()
+        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and key[len(_MEMBER_PIPELINE_PREFIX) :].isdigit()
     )
 
 
@@ -151,8 +154,9 @@ class Origin:
 
 def origin_of(tags: Mapping[str, str]) -> Origin:
     delivery, event = tags.get(WEBHOOK_DELIVERY_TAG, ""), tags.get(EVENT_ID_TAG, "")
-    return Origin(delivery_id=int(delivery) if delivery.isdigit() else None,
-                  event_id=int(event) if event.isdigit() else None)
+    return Origin(
+        delivery_id=int(delivery) if delivery.isdigit() else None, event_id=int(event) if event.isdigit() else None
+    )
 
 
 # Run keys: Dagster starts one run per key and sensor, so a fire requested twice runs once.

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 import dagster as dg
 import pydantic
 
-from pipelines_dagster.crawl_metadata import latest_crawl
 from pipelines_dagster.core.retention import apply_retention
+from pipelines_dagster.crawl_metadata import latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
@@ -16,16 +16,25 @@ class RetentionConfig(dg.Config):
     retention_days: int = pydantic.Field(default=30, ge=1, description="Delete what is older than this many days.")
 
 
-@dg.op(description="Delete crawl blobs and webhook deliveries older than the retention; keep each pipeline's latest crawl.")
+@dg.op(
+    description="Delete crawl blobs and webhook deliveries older than the retention; keep each pipeline's latest crawl."
+)
 def apply_retention_op(
-    context: dg.OpExecutionContext, config: RetentionConfig, app_db: AppDatabaseResource,
+    context: dg.OpExecutionContext,
+    config: RetentionConfig,
+    app_db: AppDatabaseResource,
     blob_store: BlobStoreResource,
 ) -> dg.Output[None]:
     # The crawl the event log names as latest is what kb_documents rebuilds from, whatever its age.
-    latest = (latest_crawl(context.instance, key)
-              for key in context.instance.get_dynamic_partitions(pipelines_partitions.name))
+    latest = (
+        latest_crawl(context.instance, key)
+        for key in context.instance.get_dynamic_partitions(pipelines_partitions.name)
+    )
     report = apply_retention(
-        blob_store.store(), app_db.sessions, now=datetime.now(UTC), days=config.retention_days,
+        blob_store.store(),
+        app_db.sessions,
+        now=datetime.now(UTC),
+        days=config.retention_days,
         keep={found.blob_key for found in latest if found is not None and found.blob_key},
     )
     context.log.info(

@@ -61,8 +61,7 @@ class Settings(BaseSettings):
         scheme = value.split("://", 1)[0] if "://" in value else ""
         if scheme.split("+", 1)[0] not in {"sqlite", "postgresql", "postgres"}:
             raise ValueError(
-                "must be a sqlite:/// or postgresql:// URL, "
-                "e.g. postgresql://user@127.0.0.1:5432/pipelines"
+                "must be a sqlite:/// or postgresql:// URL, e.g. postgresql://user@127.0.0.1:5432/pipelines"
             )
         return value
 
@@ -104,9 +103,7 @@ class Settings(BaseSettings):
             try:
                 ip_network(network)
             except ValueError:
-                raise ValueError(
-                    f"{network!r} is not a network; write CIDRs like 127.0.0.1/32,10.20.0.0/16"
-                ) from None
+                raise ValueError(f"{network!r} is not a network; write CIDRs like 127.0.0.1/32,10.20.0.0/16") from None
         return value
 
     @cached_property

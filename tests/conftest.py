@@ -20,9 +20,7 @@ from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.migrate import upgrade
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-POSTGRES_ADMIN_URL = os.environ.get(
-    "PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
+POSTGRES_ADMIN_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 

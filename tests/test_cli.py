@@ -86,8 +86,18 @@ def test_workspace_create_rejects_a_blank_name(cli, workspace):
 
 def test_connector_create_with_urls_and_with_a_url_file(cli, workspace, tmp_path):
     ws = str(workspace["id"])
-    made = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler",
-                    "--url", "https://example.com/a", "--url", "https://example.com/b")
+    made = cli.json(
+        "connector",
+        "create",
+        "--workspace",
+        ws,
+        "--type",
+        "webcrawler",
+        "--url",
+        "https://example.com/a",
+        "--url",
+        "https://example.com/b",
+    )
     assert made["urls"] == ["https://example.com/a", "https://example.com/b"]
     url_file = tmp_path / "urls.txt"
     url_file.write_text("# docs\nhttps://example.org/one\n\nhttps://example.org/two\nhttps://example.org/one\n")
@@ -99,7 +109,10 @@ def test_connector_create_with_urls_and_with_a_url_file(cli, workspace, tmp_path
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        (["--workspace", "999", "--type", "webcrawler", "--url", "https://example.com"], "workspace 999 does not exist"),
+        (
+            ["--workspace", "999", "--type", "webcrawler", "--url", "https://example.com"],
+            "workspace 999 does not exist",
+        ),
         (["--type", "webcrawler", "--url", "https://example.com", "--url", "example.com/no-scheme"], "malformed URL"),
         (["--type", "webcrawler", "--url", "ftp://example.com/file"], "http:// or https://"),
         (["--type", "webcrawler"], "at least one URL"),
@@ -119,14 +132,35 @@ def test_connector_create_bad_input_writes_nothing(cli, workspace, args, reason)
 
 @pytest.fixture
 def connector(cli, workspace) -> dict:
-    return cli.json("connector", "create", "--workspace", str(workspace["id"]), "--type", "webcrawler",
-                    "--url", "https://example.com/")
+    return cli.json(
+        "connector",
+        "create",
+        "--workspace",
+        str(workspace["id"]),
+        "--type",
+        "webcrawler",
+        "--url",
+        "https://example.com/",
+    )
 
 
 def test_pipeline_create_with_folder_and_cron_schedule(cli, workspace, connector):
-    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]),
-                    "--name", "Docs nightly", "--folder", "Docs", "--cron", "30 2 * * *",
-                    "--timezone", "Europe/Stockholm")
+    made = cli.json(
+        "pipeline",
+        "create",
+        "--workspace",
+        str(workspace["id"]),
+        "--connector",
+        str(connector["id"]),
+        "--name",
+        "Docs nightly",
+        "--folder",
+        "Docs",
+        "--cron",
+        "30 2 * * *",
+        "--timezone",
+        "Europe/Stockholm",
+    )
     assert made["save_to_kb"] is True and made["enabled"] is True
     # 02:30 in Stockholm is 01:30 UTC in winter (CET, UTC+1).
     assert made["next_fire_at"].endswith("01:30:00+00:00")
@@ -138,18 +172,52 @@ def test_pipeline_create_with_folder_and_cron_schedule(cli, workspace, connector
 
 
 def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
-    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]),
-                    "--name", "raw", "--no-save-to-kb", "--every-minutes", "15", "--disabled")
+    made = cli.json(
+        "pipeline",
+        "create",
+        "--workspace",
+        str(workspace["id"]),
+        "--connector",
+        str(connector["id"]),
+        "--name",
+        "raw",
+        "--no-save-to-kb",
+        "--every-minutes",
+        "15",
+        "--disabled",
+    )
     assert (made["save_to_kb"], made["enabled"], made["destination_folder_id"]) == (False, False, None)
-    plain = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector",
-                     str(connector["id"]), "--name", "manual only")
+    plain = cli.json(
+        "pipeline",
+        "create",
+        "--workspace",
+        str(workspace["id"]),
+        "--connector",
+        str(connector["id"]),
+        "--name",
+        "manual only",
+    )
     assert plain["next_fire_at"] is None
     assert plain["retry_policy"]["backoff"] == "exponential" and plain["retry_policy"]["max_retries"] == 3
 
 
 def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
-    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]),
-                    "--name", "patient", "--retry-backoff", "linear", "--retry-max", "5", "--retry-delay", "30")
+    made = cli.json(
+        "pipeline",
+        "create",
+        "--workspace",
+        str(workspace["id"]),
+        "--connector",
+        str(connector["id"]),
+        "--name",
+        "patient",
+        "--retry-backoff",
+        "linear",
+        "--retry-max",
+        "5",
+        "--retry-delay",
+        "30",
+    )
     assert made["retry_policy"]["description"] == "linear backoff, up to 5 retries, waiting 30, 60, 90, 120, ... s"
     with cli.engine().connect() as conn:
         stored = conn.execute(sa.text("SELECT retry_backoff, retry_max, retry_delay_seconds FROM pipelines")).one()
@@ -185,10 +253,28 @@ def test_pipeline_create_bad_input_writes_nothing(cli, workspace, connector, ext
 def test_pipeline_create_refuses_another_workspaces_connector_and_a_duplicate_name(cli, workspace, connector):
     other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
     before = row_counts(cli.engine())
-    result = cli("pipeline", "create", "--workspace", str(other["id"]), "--connector", str(connector["id"]),
-                 "--name", "steal", ok=False)
+    result = cli(
+        "pipeline",
+        "create",
+        "--workspace",
+        str(other["id"]),
+        "--connector",
+        str(connector["id"]),
+        "--name",
+        "steal",
+        ok=False,
+    )
     assert f"not in workspace {other['id']}" in result.output
-    args = ["pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]), "--name", "p"]
+    args = [
+        "pipeline",
+        "create",
+        "--workspace",
+        str(workspace["id"]),
+        "--connector",
+        str(connector["id"]),
+        "--name",
+        "p",
+    ]
     cli(*args)
     assert "already has a pipeline named" in cli(*args, "--folder", "X", ok=False).output
     assert row_counts(cli.engine())["pipelines"] == before["pipelines"] + 1
@@ -203,7 +289,9 @@ def test_credits_grant_adds_to_the_balance(cli, workspace):
 
 def test_credits_grant_bad_input(cli, workspace):
     before = row_counts(cli.engine())
-    assert "workspace 77 does not exist" in cli("credits", "grant", "--workspace", "77", "--micros", "5", ok=False).output
+    assert (
+        "workspace 77 does not exist" in cli("credits", "grant", "--workspace", "77", "--micros", "5", ok=False).output
+    )
     result = CliRunner().invoke(main, ["credits", "grant", "--workspace", str(workspace["id"]), "--micros", "-5"])
     assert result.exit_code != 0 and "--micros" in result.output
     assert row_counts(cli.engine()) == before
@@ -213,11 +301,22 @@ def test_console_script_runs_against_postgres(postgres_url, tmp_path):
     """The installed entry point, as an operator runs it, on the production database."""
     env = {**os.environ, "PIPELINES_DATABASE_URL": postgres_url, "PIPELINES_DATA_DIR": str(tmp_path)}
     script = Path(sys.executable).with_name("pipelines-dagster")
-    out = subprocess.run([script, "workspace", "create", "--name", "PG", "--owner", "u", "--json"],
-                         env=env, capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [script, "workspace", "create", "--name", "PG", "--owner", "u", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     created = json.loads(out.stdout)
-    bad = subprocess.run([script, "credits", "grant", "--workspace", str(created["id"]), "--micros", "abc"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [script, "credits", "grant", "--workspace", str(created["id"]), "--micros", "abc"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0 and "--micros" in bad.stderr
 
 
@@ -238,8 +337,9 @@ def test_pipeline_partitions_follow_create_and_delete(cli, workspace, connector,
 
 
 def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, connector, tmp_path):
-    made = cli.json("pipeline", "create", "--workspace", str(workspace["id"]), "--connector",
-                    str(connector["id"]), "--name", "p")
+    made = cli.json(
+        "pipeline", "create", "--workspace", str(workspace["id"]), "--connector", str(connector["id"]), "--name", "p"
+    )
     other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
     for command in ("enable", "disable", "delete"):
         result = cli("pipeline", command, "--workspace", str(other["id"]), str(made["id"]), ok=False)
@@ -249,16 +349,32 @@ def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, co
 
 def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
     ws = str(workspace["id"])
-    own = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler", "--url",
-                   "https://example.com/", "--index-every-minutes", "60")
+    own = cli.json(
+        "connector",
+        "create",
+        "--workspace",
+        ws,
+        "--type",
+        "webcrawler",
+        "--url",
+        "https://example.com/",
+        "--index-every-minutes",
+        "60",
+    )
     assert own["periodic_indexing_enabled"] is True and len(own["pipeline_ids"]) == 1
     assert partitions(tmp_path) == [str(own["pipeline_ids"][0])]
 
     def schedule_enabled() -> bool:
         with cli.engine().connect() as conn:
-            return bool(conn.execute(sa.text(
-                "SELECT t.enabled FROM pipeline_triggers t JOIN pipelines p ON p.id = t.pipeline_id "
-                "WHERE p.system_managed AND p.connector_id = :c"), {"c": own["id"]}).scalar_one())
+            return bool(
+                conn.execute(
+                    sa.text(
+                        "SELECT t.enabled FROM pipeline_triggers t JOIN pipelines p ON p.id = t.pipeline_id "
+                        "WHERE p.system_managed AND p.connector_id = :c"
+                    ),
+                    {"c": own["id"]},
+                ).scalar_one()
+            )
 
     user = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(own["id"]), "--name", "mine")
     assert not schedule_enabled()
@@ -272,8 +388,19 @@ def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
 
 def test_connector_index_interval_must_be_positive(cli, workspace):
     before = row_counts(cli.engine())
-    result = cli("connector", "create", "--workspace", str(workspace["id"]), "--type", "webcrawler",
-                 "--url", "https://example.com/", "--index-every-minutes", "0", ok=False)
+    result = cli(
+        "connector",
+        "create",
+        "--workspace",
+        str(workspace["id"]),
+        "--type",
+        "webcrawler",
+        "--url",
+        "https://example.com/",
+        "--index-every-minutes",
+        "0",
+        ok=False,
+    )
     assert "--index-every-minutes" in result.output
     assert row_counts(cli.engine()) == before
 
@@ -283,15 +410,45 @@ def test_trigger_create_webhook_and_event(cli, workspace, connector):
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
     hook = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(made["id"]), "--kind", "webhook")
     assert hook["signing"] == "standard" and hook["secret"].startswith("whsec_")
-    rotated = cli.json("trigger", "rotate-secret", "--workspace", ws, "--pipeline", str(made["id"]),
-                       "--trigger", str(hook["id"]), "--overlap-seconds", "60")
+    rotated = cli.json(
+        "trigger",
+        "rotate-secret",
+        "--workspace",
+        ws,
+        "--pipeline",
+        str(made["id"]),
+        "--trigger",
+        str(hook["id"]),
+        "--overlap-seconds",
+        "60",
+    )
     assert rotated["secret"].startswith("whsec_") and rotated["secret"] != hook["secret"]
     other = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "gh")
-    github = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(other["id"]), "--kind", "webhook",
-                      "--signing", "github")
+    github = cli.json(
+        "trigger",
+        "create",
+        "--workspace",
+        ws,
+        "--pipeline",
+        str(other["id"]),
+        "--kind",
+        "webhook",
+        "--signing",
+        "github",
+    )
     assert github["signing"] == "github" and github["webhook_path"] == f"/webhooks/{github['secret']}"
-    sub = cli.json("trigger", "create", "--workspace", ws, "--pipeline", str(made["id"]), "--kind", "event",
-                   "--event-type", "document.uploaded")
+    sub = cli.json(
+        "trigger",
+        "create",
+        "--workspace",
+        ws,
+        "--pipeline",
+        str(made["id"]),
+        "--kind",
+        "event",
+        "--event-type",
+        "document.uploaded",
+    )
     assert sub["event_type"] == "document.uploaded"
 
 
@@ -316,15 +473,19 @@ def test_trigger_create_bad_input_writes_nothing(cli, workspace, connector, extr
 
 def test_event_emit_and_its_bad_input(cli, workspace):
     ws = str(workspace["id"])
-    recorded = cli.json("event", "emit", "--workspace", ws, "--type", "refresh.requested",
-                        "--payload", '{"reason": "stale"}')
+    recorded = cli.json(
+        "event", "emit", "--workspace", ws, "--type", "refresh.requested", "--payload", '{"reason": "stale"}'
+    )
     assert recorded["event_type"] == "refresh.requested"
     before = row_counts(cli.engine())
     assert "unknown event type" in cli("event", "emit", "--workspace", ws, "--type", "x.y", ok=False).output
-    assert "--payload" in cli("event", "emit", "--workspace", ws, "--type", "refresh.requested",
-                              "--payload", "[1]", ok=False).output
-    assert "does not exist" in cli("event", "emit", "--workspace", "999", "--type", "refresh.requested",
-                                   ok=False).output
+    assert (
+        "--payload"
+        in cli("event", "emit", "--workspace", ws, "--type", "refresh.requested", "--payload", "[1]", ok=False).output
+    )
+    assert (
+        "does not exist" in cli("event", "emit", "--workspace", "999", "--type", "refresh.requested", ok=False).output
+    )
     assert row_counts(cli.engine()) == before
 
 
@@ -337,15 +498,39 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
 
     ws = str(workspace["id"])
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
-    updated = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--name", "docs", "--folder", "Docs",
-                       "--url", "https://example.com/a", "--url", "https://example.com/b", "--every-minutes", "15",
-                       "--retry-backoff", "linear", "--disable")
+    updated = cli.json(
+        "pipeline",
+        "update",
+        "--workspace",
+        ws,
+        str(made["id"]),
+        "--name",
+        "docs",
+        "--folder",
+        "Docs",
+        "--url",
+        "https://example.com/a",
+        "--url",
+        "https://example.com/b",
+        "--every-minutes",
+        "15",
+        "--retry-backoff",
+        "linear",
+        "--disable",
+    )
     assert set(updated) == api_fields(PipelineOut) and set(updated["schedule"]) == api_fields(ScheduleOut)
     assert (updated["name"], updated["enabled"], updated["urls"]) == (
-        "docs", False, ["https://example.com/a", "https://example.com/b"])
+        "docs",
+        False,
+        ["https://example.com/a", "https://example.com/b"],
+    )
     assert updated["schedule"]["every_minutes"] == 15 and updated["folder_id"] is not None
-    assert updated["retry_policy"] == {"backoff": "linear", "max_retries": 3, "delay_seconds": 2.0,
-                                       "description": "linear backoff, up to 3 retries, waiting 2, 4, 6 s"}
+    assert updated["retry_policy"] == {
+        "backoff": "linear",
+        "max_retries": 3,
+        "delay_seconds": 2.0,
+        "description": "linear backoff, up to 3 retries, waiting 2, 4, 6 s",
+    }
     shown = cli.json("pipeline", "show", "--workspace", ws, str(made["id"]))
     assert shown == updated
     listed = cli.json("pipeline", "list", "--workspace", ws)
@@ -353,11 +538,21 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
     assert "docs" in cli("pipeline", "show", "--workspace", ws, str(made["id"])).output
 
     # Only what is given changes; the --no- flags clear.
-    cleared = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--no-folder", "--no-urls",
-                       "--no-schedule", "--enable")
+    cleared = cli.json(
+        "pipeline",
+        "update",
+        "--workspace",
+        ws,
+        str(made["id"]),
+        "--no-folder",
+        "--no-urls",
+        "--no-schedule",
+        "--enable",
+    )
     assert (cleared["folder_id"], cleared["urls"], cleared["schedule"], cleared["enabled"]) == (None, None, None, True)
-    assert {k: v for k, v in cleared.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}} \
-        == {k: v for k, v in updated.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}}
+    assert {
+        k: v for k, v in cleared.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}
+    } == {k: v for k, v in updated.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}}
     with cli.engine().connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM pipeline_triggers")).scalar_one() == 0
 
@@ -380,8 +575,18 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
 )
 def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, workspace, connector, extra, reason):
     ws = str(workspace["id"])
-    made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p",
-                    "--every-minutes", "30")
+    made = cli.json(
+        "pipeline",
+        "create",
+        "--workspace",
+        ws,
+        "--connector",
+        str(connector["id"]),
+        "--name",
+        "p",
+        "--every-minutes",
+        "30",
+    )
     before, shown = row_counts(cli.engine()), cli.json("pipeline", "show", "--workspace", ws, str(made["id"]))
     result = cli("pipeline", "update", "--workspace", ws, str(made["id"]), "--no-save-to-kb", *extra, ok=False)
     assert reason in result.output
@@ -391,8 +596,18 @@ def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, work
 
 def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
     ws = str(workspace["id"])
-    own = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler", "--url",
-                   "https://example.com/", "--index-every-minutes", "60")
+    own = cli.json(
+        "connector",
+        "create",
+        "--workspace",
+        ws,
+        "--type",
+        "webcrawler",
+        "--url",
+        "https://example.com/",
+        "--index-every-minutes",
+        "60",
+    )
     [system_id] = own["pipeline_ids"]
     before = row_counts(cli.engine())
     for command in (["update", "--name", "mine"], ["disable"], ["delete"]):
@@ -405,7 +620,7 @@ def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
 def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, tmp_path):
     import dagster as dg
 
-    from pipelines_dagster.history import RunPage, PipelineRunView
+    from pipelines_dagster.history import PipelineRunView, RunPage
     from pipelines_dagster.runs import run_tags
 
     ws = workspace["id"]
@@ -417,8 +632,9 @@ def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, 
 
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
         run_ids = [
-            dg.materialize([noop], instance=instance,
-                           tags=run_tags(pipeline_id=made["id"], workspace_id=ws, trigger="manual")).run_id
+            dg.materialize(
+                [noop], instance=instance, tags=run_tags(pipeline_id=made["id"], workspace_id=ws, trigger="manual")
+            ).run_id
             for _ in range(2)
         ]
     first = cli.json("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--limit", "1")
@@ -431,5 +647,6 @@ def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, 
     other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
     refused = cli("runs", "--workspace", str(other["id"]), "--pipeline", str(made["id"]), ok=False)
     assert f"pipeline {made['id']} is not in workspace {other['id']}" in refused.output
-    assert "--limit" in cli("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--limit", "0",
-                            ok=False).output
+    assert (
+        "--limit" in cli("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--limit", "0", ok=False).output
+    )

@@ -106,9 +106,7 @@ def test_bad_setting_fails_loading_with_the_variable_named(tmp_path: Path) -> No
     assert "SettingsError: PIPELINES_LOCKS: must be 'database' or a redis:// URL" in output
 
 
-def test_defaults_are_local_blobs_and_database_locks(
-    clean_env: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_defaults_are_local_blobs_and_database_locks(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path)
     resources = build_resources(settings)
 
@@ -147,9 +145,7 @@ def test_s3_and_redis_settings_pick_s3_and_redis(clean_env: pytest.MonkeyPatch) 
     assert "hunter2" not in repr(resources)
 
 
-def test_env_var_urls_resolve_when_resources_start(
-    clean_env: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_env_var_urls_resolve_when_resources_start(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     database_url = f"sqlite:///{tmp_path / 'app.sqlite3'}"
     clean_env.setenv("PIPELINES_DATABASE_URL", database_url)
 

@@ -27,8 +27,9 @@ def demo_env(tmp_path) -> dict[str, str]:
 
 
 def run_demo(env: dict[str, str], port: int) -> dict:
-    done = subprocess.run([SCRIPT, "demo", "--once", "--site-port", str(port)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [SCRIPT, "demo", "--once", "--site-port", str(port)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -53,7 +54,12 @@ def test_demo_names_a_busy_port(demo_env):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        done = subprocess.run([SCRIPT, "demo", "--once", "--site-port", str(busy.getsockname()[1])],
-                              env=demo_env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [SCRIPT, "demo", "--once", "--site-port", str(busy.getsockname()[1])],
+            env=demo_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode != 0
     assert "--site-port" in done.stderr and "Traceback" not in done.stderr

@@ -11,12 +11,12 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import sqlalchemy as sa
+from dagster._core.events import JobFailureData, RunFailureReason
 from dagster._core.remote_origin import (
     RegisteredCodeLocationOrigin,
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
 )
-from dagster._core.events import JobFailureData, RunFailureReason
 from dagster._core.storage.tags import WILL_RETRY_TAG
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 from dagster_postgres import PostgresRunStorage
@@ -125,9 +125,7 @@ def test_telemetry_is_off(instance: dg.DagsterInstance) -> None:
 
 
 @pytest.mark.parametrize("config_name", ["dagster.yaml"])
-def test_embedded_storage_is_sqlite_under_dagster_home(
-    instance: dg.DagsterInstance, tmp_path: Path
-) -> None:
+def test_embedded_storage_is_sqlite_under_dagster_home(instance: dg.DagsterInstance, tmp_path: Path) -> None:
     run = instance.add_run(dg.DagsterRun(job_name="crawl"))
     assert instance.get_run_by_id(run.run_id) is not None
     assert (tmp_path / "dagster-home" / "history" / "runs.db").is_file()
@@ -149,8 +147,9 @@ def test_a_run_whose_worker_died_is_retried_once_and_a_step_failure_is_not(insta
     instance.report_run_failed(died)
     # What a failed step (a guard's refusal, or a step past its retry policy) fails its run with.
     refused = instance.add_run(dg.DagsterRun(job_name="crawl", status=dg.DagsterRunStatus.STARTED))
-    instance.report_run_failed(refused, job_failure_data=JobFailureData(
-        error=None, failure_reason=RunFailureReason.STEP_FAILURE))
+    instance.report_run_failed(
+        refused, job_failure_data=JobFailureData(error=None, failure_reason=RunFailureReason.STEP_FAILURE)
+    )
     assert instance.get_run_by_id(died.run_id).tags[WILL_RETRY_TAG] == "true"
     assert instance.get_run_by_id(refused.run_id).tags[WILL_RETRY_TAG] == "false"
 
@@ -171,8 +170,9 @@ def test_the_packages_loggers_write_to_the_run_log(instance: dg.DagsterInstance,
     result = dg.materialize([loses_its_lock], instance=instance)
 
     assert result.success
-    logs = [(entry.level, entry.user_message) for entry in instance.all_logs(result.run_id)
-            if entry.dagster_event is None]
+    logs = [
+        (entry.level, entry.user_message) for entry in instance.all_logs(result.run_id) if entry.dagster_event is None
+    ]
     # Logged by core/locks.py from its renewal thread, through logging.getLogger(__name__).
     assert (logging.WARNING, "lock 'pipeline:1' was lost: it expired or another owner took it") in logs
     # The managed loggers' level is context.log's too: INFO lines, like the crawl's progress, still land.

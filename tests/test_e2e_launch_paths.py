@@ -63,8 +63,9 @@ def dev(tmp_path_factory) -> Iterator[Dev]:
         yield deployment
 
 
-def seed(dev: Dev, name: str, *, pages: int = 3, save_to_kb: bool = True, delay: float = 0.0,
-         enabled: bool = True) -> Seeded:
+def seed(
+    dev: Dev, name: str, *, pages: int = 3, save_to_kb: bool = True, delay: float = 0.0, enabled: bool = True
+) -> Seeded:
     """A workspace with credit and a web connector over `pages` pages of its own, and a pipeline over it."""
     urls = []
     for n in range(pages):
@@ -72,11 +73,17 @@ def seed(dev: Dev, name: str, *, pages: int = 3, save_to_kb: bool = True, delay:
         urls.append(dev.site.url(f"/{name}/{n}"))
     with transaction(dev.sessions) as session:
         workspace = catalog.create_workspace(session, name=name, owner_user_id=f"owner-{name}").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
-                                             urls=urls)
-        pipeline = services.create_pipeline(session, dev.instance, workspace_id=workspace.id,
-                                            connector_id=connector.id, name=name, save_to_kb=save_to_kb,
-                                            folder_name=f"{name} docs" if save_to_kb else None, enabled=enabled)
+        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
+        pipeline = services.create_pipeline(
+            session,
+            dev.instance,
+            workspace_id=workspace.id,
+            connector_id=connector.id,
+            name=name,
+            save_to_kb=save_to_kb,
+            folder_name=f"{name} docs" if save_to_kb else None,
+            enabled=enabled,
+        )
         seeded = Seeded(workspace.id, connector.id, pipeline.id, urls, save_to_kb)
     Billing(dev.sessions, enabled=True, micros_per_crawl=1000).grant(seeded.workspace_id, 1_000_000)
     return seeded
@@ -91,17 +98,23 @@ def _run_id(answer: dict) -> str:
     return answer["run"]["runId"]
 
 
-def launch(dev: Dev, pipeline_id: int, *, job: str = ASSET_JOB, assets: list[str] | None = None,
-           **tags: str) -> str:
+def launch(dev: Dev, pipeline_id: int, *, job: str = ASSET_JOB, assets: list[str] | None = None, **tags: str) -> str:
     """A run launched as the UI launches one partition: from an asset page or the asset graph (the asset
     job over the selected assets and their checks), or from a job's launchpad (no selection)."""
     selector: dict = {**REPOSITORY, "pipelineName": job}
     if assets is not None:
         selector["assetSelection"] = [{"path": [asset]} for asset in assets]
-        selector["assetCheckSelection"] = [{"assetKey": {"path": [asset_name]}, "name": check}
-                                           for asset in assets for asset_name, check in CHECKS[asset]]
-    params = {"mode": "default", "runConfigData": "{}", "selector": selector,
-              "executionMetadata": {"tags": _tags({"dagster/partition": str(pipeline_id), **tags})}}
+        selector["assetCheckSelection"] = [
+            {"assetKey": {"path": [asset_name]}, "name": check}
+            for asset in assets
+            for asset_name, check in CHECKS[asset]
+        ]
+    params = {
+        "mode": "default",
+        "runConfigData": "{}",
+        "selector": selector,
+        "executionMetadata": {"tags": _tags({"dagster/partition": str(pipeline_id), **tags})},
+    }
     return _run_id(dev.graphql(LAUNCH, executionParams=params)["launchPipelineExecution"])
 
 
@@ -126,31 +139,47 @@ def finished(dev: Dev, run_id: str) -> dg.DagsterRun:
 
 def charges(dev: Dev, workspace_id: int) -> list[str]:
     with dev.sessions() as session:
-        return list(session.scalars(
-            sa.select(CreditLedgerEntry.idempotency_key).join(CreditAccount)
-            .where(CreditAccount.workspace_id == workspace_id, CreditLedgerEntry.kind == "charge")
-        ))
+        return list(
+            session.scalars(
+                sa.select(CreditLedgerEntry.idempotency_key)
+                .join(CreditAccount)
+                .where(CreditAccount.workspace_id == workspace_id, CreditLedgerEntry.kind == "charge")
+            )
+        )
 
 
 def documents(dev: Dev, pipeline_id: int) -> dict[str, str]:
     """URL → content of the pipeline's ready documents."""
     with dev.sessions() as session:
-        return dict(session.execute(sa.select(Document.url, Document.content).where(
-            Document.pipeline_id == pipeline_id, Document.status_state == "ready")).all())
+        return dict(
+            session.execute(
+                sa.select(Document.url, Document.content).where(
+                    Document.pipeline_id == pipeline_id, Document.status_state == "ready"
+                )
+            ).all()
+        )
 
 
 def page_changes(dev: Dev, pipeline_id: int, run_id: str) -> dict[str, str]:
     """URL → change the crawl of `run_id` recorded on the pipeline's timeline."""
     with dev.sessions() as session:
-        return dict(session.execute(sa.select(PageChange.url, PageChange.status).where(
-            PageChange.pipeline_id == pipeline_id, PageChange.run_id == run_id)).all())
+        return dict(
+            session.execute(
+                sa.select(PageChange.url, PageChange.status).where(
+                    PageChange.pipeline_id == pipeline_id, PageChange.run_id == run_id
+                )
+            ).all()
+        )
 
 
 def assert_follows_its_crawl(dev: Dev, run: dg.DagsterRun, seeded: Seeded) -> None:
     """The run succeeded, carries the run contract's tags, and its crawl's documents and page changes landed."""
     assert run.status == dg.DagsterRunStatus.SUCCESS, dev.log_tail()
     assert (run.tags.get("pipeline_id"), run.tags.get("workspace_id"), run.tags.get("trigger")) == (
-        str(seeded.pipeline_id), str(seeded.workspace_id), "manual"), run.tags
+        str(seeded.pipeline_id),
+        str(seeded.workspace_id),
+        "manual",
+    ), run.tags
     assert sorted(documents(dev, seeded.pipeline_id)) == (sorted(seeded.urls) if seeded.save_to_kb else [])
     assert page_changes(dev, seeded.pipeline_id, run.run_id) == dict.fromkeys(seeded.urls, "new")
     assert charges(dev, seeded.workspace_id) == [f"crawl:{run.run_id}:{seeded.pipeline_id}"]
@@ -190,9 +219,12 @@ def test_the_pipeline_run_launchpad_and_a_reexecution_of_only_its_crawl_step(dev
 
 def test_a_backfill_of_crawl_results_over_two_partitions(dev: Dev):
     kb, raw = seed(dev, "backfillkb"), seed(dev, "backfillraw", save_to_kb=False)
-    params = {"assetSelection": [{"path": ["crawl_results"]}], "partitionNames": [str(kb.pipeline_id),
-                                                                                    str(raw.pipeline_id)],
-              "fromFailure": False, "tags": []}
+    params = {
+        "assetSelection": [{"path": ["crawl_results"]}],
+        "partitionNames": [str(kb.pipeline_id), str(raw.pipeline_id)],
+        "fromFailure": False,
+        "tags": [],
+    }
     answer = dev.graphql(BACKFILL, params=params)["launchPartitionBackfill"]
     assert answer["__typename"] == "LaunchBackfillSuccess", answer
 
@@ -228,9 +260,12 @@ def test_a_ui_launch_is_busy_while_queued_or_running_and_the_sensor_frees_its_lo
     run = dev.failed(run_id, timeout=RUN_WITHIN_SECONDS)
     assert run.tags["dagster/will_retry"] == "false"
     assert (run.tags["pipeline_id"], run.tags["workspace_id"]) == (str(seeded.pipeline_id), str(seeded.workspace_id))
-    wait_for("the lock-release sensor to free the dead run's locks",
-             lambda: all(locks.owner_of(name) is None for name in names),
-             timeout=LOCKS_FREED_WITHIN_SECONDS - (time.monotonic() - killed), every=0.5)
+    wait_for(
+        "the lock-release sensor to free the dead run's locks",
+        lambda: all(locks.owner_of(name) is None for name in names),
+        timeout=LOCKS_FREED_WITHIN_SECONDS - (time.monotonic() - killed),
+        every=0.5,
+    )
     assert seeded.pipeline_id not in busy_pipelines(dev.instance)
     assert charges(dev, seeded.workspace_id) == []
 

@@ -58,10 +58,10 @@ def _seed(dev: Dev) -> tuple[int, int, int]:
         urls.append(dev.site.url(f"/slow/{n}"))
     with transaction(dev.sessions) as session:
         workspace = catalog.create_workspace(session, name="crash", owner_user_id="owner").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
-                                             urls=urls)
-        pipeline = services.create_pipeline(session, dev.instance, workspace_id=workspace.id,
-                                            connector_id=connector.id, name="crash", save_to_kb=True)
+        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
+        pipeline = services.create_pipeline(
+            session, dev.instance, workspace_id=workspace.id, connector_id=connector.id, name="crash", save_to_kb=True
+        )
         ids = workspace.id, connector.id, pipeline.id
     Billing(dev.sessions, enabled=True, micros_per_crawl=1000).grant(ids[0], 1_000_000)
     return ids
@@ -129,8 +129,12 @@ def test_a_run_killed_mid_crawl_fails_frees_its_workers_and_is_retried_once_with
     def gone() -> bool:
         return not any(_alive(worker) for worker in workers)
 
-    wait_for(f"extraction workers {[worker.pid for worker in workers]} to exit", gone,
-             timeout=WORKERS_GONE_WITHIN_SECONDS, every=0.05)
+    wait_for(
+        f"extraction workers {[worker.pid for worker in workers]} to exit",
+        gone,
+        timeout=WORKERS_GONE_WITHIN_SECONDS,
+        every=0.05,
+    )
     workers_gone = time.monotonic() - killed
 
     run = dev.failed(run_id, timeout=FAILED_WITHIN_SECONDS)
@@ -139,15 +143,17 @@ def test_a_run_killed_mid_crawl_fails_frees_its_workers_and_is_retried_once_with
     assert run.tags["dagster/will_retry"] == "true", run.tags
     assert not [worker.pid for worker in workers if _alive(worker)]
 
-    retry = wait_for("the automatic retry to end", lambda: _retry_of(dev, run_id), timeout=RETRY_DONE_WITHIN_SECONDS,
-                     every=0.5)
+    retry = wait_for(
+        "the automatic retry to end", lambda: _retry_of(dev, run_id), timeout=RETRY_DONE_WITHIN_SECONDS, every=0.5
+    )
     retried_after = time.monotonic() - killed
     assert retry.status == dg.DagsterRunStatus.SUCCESS, dev.log_tail()
     assert (retry.root_run_id, retry.tags["dagster/retry_number"]) == (run_id, "1")
     assert (retry.tags["pipeline_id"], retry.tags["trigger"]) == (str(pipeline_id), "manual")
     # Exactly one retry: the run group is the killed run and its retry.
     assert {r.run_id for r in dev.instance.get_runs(dg.RunsFilter(tags={"dagster/root_run_id": run_id}))} == {
-        retry.run_id}
+        retry.run_id
+    }
     # The retry took over the locks the dead run left, and released them when it ended.
     assert [locks.owner_of(name) for name in lock_names] == [None, None]
 
@@ -155,7 +161,8 @@ def test_a_run_killed_mid_crawl_fails_frees_its_workers_and_is_retried_once_with
     # before it died, and its retry made the one charge, under the killed run's id.
     with dev.sessions() as session:
         charges = session.scalars(
-            sa.select(CreditLedgerEntry.idempotency_key).join(CreditAccount)
+            sa.select(CreditLedgerEntry.idempotency_key)
+            .join(CreditAccount)
             .where(CreditAccount.workspace_id == workspace_id, CreditLedgerEntry.kind == "charge")
         ).all()
     assert charges == [f"crawl:{run_id}:{pipeline_id}"]

@@ -79,10 +79,15 @@ class Deployment:
             self.site.route(f"/{name}/{n}", page(f"{name} {n}", f"Content of page {n} of {name}."))
         with transaction(self.sessions) as session:
             workspace = catalog.create_workspace(session, name=name, owner_user_id="owner").workspace
-            connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
-                                                 urls=urls)
+            connector = catalog.create_connector(
+                session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls
+            )
             pipeline = services.create_pipeline(
-                session, self.instance, workspace_id=workspace.id, connector_id=connector.id, name=name,
+                session,
+                self.instance,
+                workspace_id=workspace.id,
+                connector_id=connector.id,
+                name=name,
                 schedule=catalog.ScheduleSpec(**schedule) if schedule else None,
             )
             ids = workspace.id, pipeline.id
@@ -91,8 +96,9 @@ class Deployment:
 
 
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(command, cwd=REPO_DIR, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        command, cwd=REPO_DIR, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def _answers(url: str) -> bool:
@@ -105,8 +111,9 @@ def _answers(url: str) -> bool:
 @pytest.fixture(scope="module")
 def deployment(postgres_url, tmp_path_factory) -> Iterator[Deployment]:
     home = tmp_path_factory.mktemp("e2e-home")
-    admin = sa.create_engine(sa.make_url(postgres_url).set(drivername="postgresql+psycopg2"),
-                             isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(
+        sa.make_url(postgres_url).set(drivername="postgresql+psycopg2"), isolation_level="AUTOCOMMIT"
+    )
     names = {"dagster": f"e2e_dagster_{uuid.uuid4().hex[:6]}", "app": f"e2e_app_{uuid.uuid4().hex[:6]}"}
     with admin.connect() as conn:
         for name in names.values():
@@ -132,12 +139,19 @@ def deployment(postgres_url, tmp_path_factory) -> Iterator[Deployment]:
     processes = []
     with WebServer() as site:
         try:
-            processes.append(_start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env,
-                                    home / "daemon.log"))
-            processes.append(_start([str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
-                                     "-p", str(ui_port)], env, home / "webserver.log"))
-            processes.append(_start([str(BIN / "pipelines-dagster"), "api", "--port", str(api_port)], env,
-                                    home / "api.log"))
+            processes.append(
+                _start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], env, home / "daemon.log")
+            )
+            processes.append(
+                _start(
+                    [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(ui_port)],
+                    env,
+                    home / "webserver.log",
+                )
+            )
+            processes.append(
+                _start([str(BIN / "pipelines-dagster"), "api", "--port", str(api_port)], env, home / "api.log")
+            )
             deadline = time.monotonic() + 120
             ui, api = f"http://127.0.0.1:{ui_port}", f"http://127.0.0.1:{api_port}"
             while not (_answers(f"{ui}/server_info") and _answers(f"{api}/openapi.json")):
@@ -177,8 +191,11 @@ def test_a_signed_webhook_starts_one_run_and_a_bad_signature_none(deployment: De
     body = json.dumps({"ref": "refs/heads/main"}).encode()
     bad = httpx.post(endpoint, content=body, headers={"X-Hub-Signature-256": sign(body, "wrong-secret")})
     assert bad.status_code == 401
-    headers = {"X-Hub-Signature-256": sign(body, token), "X-Delivery-Id": "delivery-1",
-               "Content-Type": "application/json"}
+    headers = {
+        "X-Hub-Signature-256": sign(body, token),
+        "X-Delivery-Id": "delivery-1",
+        "Content-Type": "application/json",
+    }
     assert httpx.post(endpoint, content=body, headers=headers).status_code == 202
     run = deployment.finished_run(pipeline_id, "webhook", timeout=90)
     assert run.status == dg.DagsterRunStatus.SUCCESS
@@ -193,12 +210,15 @@ def test_a_signed_webhook_starts_one_run_and_a_bad_signature_none(deployment: De
 def test_an_event_of_a_subscribed_type_starts_a_run(deployment: Deployment):
     workspace_id, pipeline_id = deployment.pipeline("event")
     with transaction(deployment.sessions) as session:
-        create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id,
-                             event_type="refresh.requested")
+        create_event_trigger(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type="refresh.requested"
+        )
         token = catalog.issue_api_token(session, workspace_id)
-    answer = httpx.post(f"{deployment.api_url}/workspaces/{workspace_id}/events",
-                        json={"event_type": "refresh.requested", "payload": {"reason": "stale answer"}},
-                        headers={"Authorization": f"Bearer {token}"})
+    answer = httpx.post(
+        f"{deployment.api_url}/workspaces/{workspace_id}/events",
+        json={"event_type": "refresh.requested", "payload": {"reason": "stale answer"}},
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert answer.status_code == 202, answer.text
     run = deployment.finished_run(pipeline_id, "event", timeout=90)
     assert run.status == dg.DagsterRunStatus.SUCCESS
@@ -208,9 +228,22 @@ def test_an_event_of_a_subscribed_type_starts_a_run(deployment: Deployment):
 def test_the_cli_manual_run_starts_within_ten_seconds(deployment: Deployment):
     workspace_id, pipeline_id = deployment.pipeline("manual")
     started = time.monotonic()
-    done = subprocess.run([str(BIN / "pipelines-dagster"), "pipeline", "run", "--workspace", str(workspace_id),
-                           str(pipeline_id), "--json"], env=deployment.env, capture_output=True, text=True,
-                          timeout=60, cwd=REPO_DIR)
+    done = subprocess.run(
+        [
+            str(BIN / "pipelines-dagster"),
+            "pipeline",
+            "run",
+            "--workspace",
+            str(workspace_id),
+            str(pipeline_id),
+            "--json",
+        ],
+        env=deployment.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_DIR,
+    )
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
 
@@ -231,8 +264,11 @@ def test_fires_due_together_run_as_one_batch_run_with_an_entry_per_pipeline(depl
     pipelines = [deployment.pipeline(f"batch{n}", cron="0 0 29 2 *", timezone="UTC") for n in range(2)]
     pipeline_ids = {pipeline_id for _, pipeline_id in pipelines}
     with transaction(deployment.sessions) as session:
-        session.execute(sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id.in_(pipeline_ids))
-                        .values(next_fire_at=datetime.now(UTC)))
+        session.execute(
+            sa.update(PipelineTrigger)
+            .where(PipelineTrigger.pipeline_id.in_(pipeline_ids))
+            .values(next_fire_at=datetime.now(UTC))
+        )
 
     def batch_run() -> dg.DagsterRun | None:
         for run in deployment.instance.get_runs(dg.RunsFilter(job_name="pipeline_batch")):
@@ -245,8 +281,10 @@ def test_fires_due_together_run_as_one_batch_run_with_an_entry_per_pipeline(depl
     for workspace_id, pipeline_id in pipelines:
         with transaction(deployment.sessions) as session:
             token = catalog.issue_api_token(session, workspace_id)
-        answer = httpx.get(f"{deployment.api_url}/workspaces/{workspace_id}/pipelines/{pipeline_id}/runs",
-                           headers={"Authorization": f"Bearer {token}"})
+        answer = httpx.get(
+            f"{deployment.api_url}/workspaces/{workspace_id}/pipelines/{pipeline_id}/runs",
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert answer.status_code == 200, answer.text
         [entry] = [entry for entry in answer.json()["runs"] if entry["run_id"] == run.run_id]
         assert (entry["pipeline_id"], entry["status"], entry["trigger"]) == (pipeline_id, "succeeded", "scheduled")
@@ -259,29 +297,42 @@ def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(depl
 
     pipelines = [deployment.pipeline(f"backfill{n}") for n in range(3)]
     for workspace_id, pipeline_id in pipelines:
-        done = subprocess.run([str(BIN / "pipelines-dagster"), "pipeline", "run", "--workspace", str(workspace_id),
-                               str(pipeline_id)], env=deployment.env, capture_output=True, text=True, timeout=60,
-                              cwd=REPO_DIR)
+        done = subprocess.run(
+            [str(BIN / "pipelines-dagster"), "pipeline", "run", "--workspace", str(workspace_id), str(pipeline_id)],
+            env=deployment.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO_DIR,
+        )
         assert done.returncode == 0, done.stderr
     for _, pipeline_id in pipelines:
         assert deployment.finished_run(pipeline_id, "manual", timeout=120).status == dg.DagsterRunStatus.SUCCESS
     workspace_ids = [workspace_id for workspace_id, _ in pipelines]
     with transaction(deployment.sessions) as session:
         session.execute(sa.delete(Document).where(Document.workspace_id.in_(workspace_ids)))
+
     def page_requests() -> int:
         # Only these pipelines' pages: the cron pipeline of another test keeps crawling its own.
         return sum(1 for request in deployment.site.requests if request.path.startswith("/backfill"))
 
     requests_before = page_requests()
     # These workspaces' charges only: the cron pipeline of another test keeps being charged.
-    charges = (sa.select(sa.func.count()).select_from(CreditLedgerEntry).join(CreditAccount)
-               .where(CreditAccount.workspace_id.in_(workspace_ids), CreditLedgerEntry.kind == "charge"))
+    charges = (
+        sa.select(sa.func.count())
+        .select_from(CreditLedgerEntry)
+        .join(CreditAccount)
+        .where(CreditAccount.workspace_id.in_(workspace_ids), CreditLedgerEntry.kind == "charge")
+    )
     with deployment.sessions() as session:
         ledger_before = session.scalar(charges)
-    params = {"assetSelection": [{"path": ["kb_documents"]}],
-              "partitionNames": [str(pipeline_id) for _, pipeline_id in pipelines]}
-    answer = httpx.post(f"{deployment.ui_url}/graphql", json={"query": BACKFILL, "variables": {"params": params}},
-                        timeout=30).json()["data"]["launchPartitionBackfill"]
+    params = {
+        "assetSelection": [{"path": ["kb_documents"]}],
+        "partitionNames": [str(pipeline_id) for _, pipeline_id in pipelines],
+    }
+    answer = httpx.post(
+        f"{deployment.ui_url}/graphql", json={"query": BACKFILL, "variables": {"params": params}}, timeout=30
+    ).json()["data"]["launchPartitionBackfill"]
     assert answer["__typename"] == "LaunchBackfillSuccess", answer
     backfill_id = answer["backfillId"]
 
@@ -295,6 +346,9 @@ def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(depl
     assert ledger_before == 3  # the three crawls were charged; the backfill charges nothing
     with deployment.sessions() as session:
         assert session.scalar(charges) == ledger_before
-        rebuilt = session.scalar(sa.select(sa.func.count()).select_from(Document)
-                                 .where(Document.workspace_id.in_(workspace_ids), Document.status_state == "ready"))
+        rebuilt = session.scalar(
+            sa.select(sa.func.count())
+            .select_from(Document)
+            .where(Document.workspace_id.in_(workspace_ids), Document.status_state == "ready")
+        )
     assert rebuilt == 9

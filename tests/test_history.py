@@ -19,8 +19,7 @@ from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.core import catalog
 from pipelines_dagster.history import RUN_STATUS, RunHistory
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.runs import PARTITION_TAG
-from pipelines_dagster.runs import run_tags
+from pipelines_dagster.runs import PARTITION_TAG, run_tags
 from tests.assets.conftest import Stack, embedded, materialization, production, stack, web  # noqa: F401
 from tests.assets.test_batch import run_batch
 
@@ -41,8 +40,13 @@ def add_pipeline(stack: Stack, workspace_id: int, urls: list[str], *, name: str,
     with transaction(stack.sessions) as session:
         connector = catalog.create_connector(session, workspace_id=workspace_id, connector_type="webcrawler", urls=urls)
         return services.create_pipeline(
-            session, stack.instance, workspace_id=workspace_id, connector_id=connector.id, name=name,
-            folder_name="Docs", enabled=enabled,
+            session,
+            stack.instance,
+            workspace_id=workspace_id,
+            connector_id=connector.id,
+            name=name,
+            folder_name="Docs",
+            enabled=enabled,
         ).id
 
 
@@ -51,8 +55,10 @@ def unlaunched_run(stack: Stack, workspace_id: int, pipeline_id: int, status: dg
     job = dg.Definitions(
         assets=[crawl_results, kb_documents, page_changes], jobs=[pipeline_run], resources=stack.resources()
     ).resolve_job_def(pipeline_run.name)
-    tags = {**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="webhook"),
-            PARTITION_TAG: str(pipeline_id)}
+    tags = {
+        **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="webhook"),
+        PARTITION_TAG: str(pipeline_id),
+    }
     origin = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("pipelines_dagster"), "__repository__")
     return stack.instance.create_run_for_job(
         job_def=job, status=status, tags=tags, remote_job_origin=origin.get_job_origin(pipeline_run.name)
@@ -78,9 +84,14 @@ def counted_queries() -> Iterator[dict[sa.Engine, int]]:
 def test_every_dagster_status_has_a_run_status():
     assert set(RUN_STATUS) == set(dg.DagsterRunStatus)
     expected = {
-        "QUEUED": "queued", "NOT_STARTED": "queued", "STARTING": "queued",
-        "STARTED": "running", "CANCELING": "running",
-        "SUCCESS": "succeeded", "FAILURE": "failed", "CANCELED": "canceled",
+        "QUEUED": "queued",
+        "NOT_STARTED": "queued",
+        "STARTING": "queued",
+        "STARTED": "running",
+        "CANCELING": "running",
+        "SUCCESS": "succeeded",
+        "FAILURE": "failed",
+        "CANCELED": "canceled",
     }
     assert {status.value: RUN_STATUS[status] for status in RUN_STATUS if status.value in expected} == expected
 
@@ -98,7 +109,11 @@ def test_a_succeeded_run_shows_its_trigger_counts_blob_charge_and_steps(stack: S
     [run] = page.runs
     assert page.next_cursor is None
     assert (run.run_id, run.pipeline_id, run.pipeline_name, run.workspace_id) == (
-        result.run_id, pipeline_id, "Docs nightly", workspace_id)
+        result.run_id,
+        pipeline_id,
+        "Docs nightly",
+        workspace_id,
+    )
     assert (run.status, run.trigger, run.error) == ("succeeded", "scheduled", None)
     assert (run.crawls_attempted, run.crawls_succeeded, run.crawls_empty, run.crawls_failed) == (4, 3, 0, 1)
     assert (run.documents_created, run.documents_updated, run.documents_unchanged) == (3, 0, 0)
@@ -112,7 +127,9 @@ def test_a_succeeded_run_shows_its_trigger_counts_blob_charge_and_steps(stack: S
     detail = history(stack).get_run(workspace_id, result.run_id)
     assert detail.model_dump(exclude={"steps"}) == run.model_dump()
     assert [(step.step_key, step.status, step.attempts, step.error) for step in detail.steps] == [
-        ("crawl_results", "succeeded", 1, None), ("kb_documents", "succeeded", 1, None)]
+        ("crawl_results", "succeeded", 1, None),
+        ("kb_documents", "succeeded", 1, None),
+    ]
     assert all(run.started_at <= step.started_at <= step.finished_at <= run.finished_at for step in detail.steps)
 
 
@@ -127,8 +144,7 @@ def test_a_refused_run_is_failed_with_its_reason(embedded: Stack):
     assert (run.crawls_attempted, run.documents_created, run.blob_key, run.charged_micros) == (None, None, None, None)
     detail = history(embedded).get_run(workspace_id, run.run_id)
     assert detail.error == reason
-    assert [(step.step_key, step.status, step.error) for step in detail.steps] == [
-        ("crawl_results", "failed", reason)]
+    assert [(step.step_key, step.status, step.error) for step in detail.steps] == [("crawl_results", "failed", reason)]
     assert [r.run_id for r in history(embedded).list_runs(workspace_id, status="failed").runs] == [run.run_id]
     assert history(embedded).list_runs(workspace_id, status="succeeded").runs == []
 
@@ -148,7 +164,9 @@ def test_an_error_in_a_later_step_is_the_runs_error_and_the_crawl_still_counts(e
     assert (run.crawls_attempted, run.crawls_succeeded, run.documents_created) == (2, 2, None)
     steps = history(embedded).get_run(workspace_id, run.run_id).steps
     assert [(step.step_key, step.status, step.error) for step in steps] == [
-        ("crawl_results", "succeeded", None), ("kb_documents", "failed", "ConnectionError: search index unreachable")]
+        ("crawl_results", "succeeded", None),
+        ("kb_documents", "failed", "ConnectionError: search index unreachable"),
+    ]
 
 
 def test_queued_running_and_canceled_runs(embedded: Stack):
@@ -157,7 +175,8 @@ def test_queued_running_and_canceled_runs(embedded: Stack):
     started = unlaunched_run(embedded, workspace_id, pipeline_id, dg.DagsterRunStatus.NOT_STARTED)
     # What a run worker reports when it begins, and what the queue does to a run canceled in it.
     embedded.instance.report_dagster_event(
-        dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=started.job_name), run_id=started.run_id)
+        dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=started.job_name), run_id=started.run_id
+    )
     runs = {run.run_id: run for run in history(embedded).list_runs(workspace_id).runs}
     assert runs[queued.run_id].status == "queued" and runs[queued.run_id].started_at is None
     assert runs[queued.run_id].trigger == "webhook" and runs[queued.run_id].pipeline_id == pipeline_id
@@ -227,8 +246,11 @@ def test_a_ui_launch_belongs_to_its_partitions_workspace(embedded: Stack):
     other_workspace, _ = embedded.pipeline(urls)
     # The launchpad adds only the partition to the job's own tags.
     ui_run = dg.materialize(
-        [crawl_results, kb_documents], partition_key=str(pipeline_id), instance=embedded.instance,
-        resources=embedded.resources(), tags=pipeline_run.tags,
+        [crawl_results, kb_documents],
+        partition_key=str(pipeline_id),
+        instance=embedded.instance,
+        resources=embedded.resources(),
+        tags=pipeline_run.tags,
     ).run_id
     tagged_run = embedded.run(pipeline_id, workspace_id).run_id
     runs = history(embedded)
@@ -273,14 +295,18 @@ def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):
     second = add_pipeline(stack, workspace_id, urls + [stack.web.url("/missing")], name="second")
     refused = add_pipeline(stack, workspace_id, urls, name="refused", enabled=False)
     other_workspace, theirs = stack.pipeline(urls, credit=100_000)
-    result = run_batch(stack, [(workspace_id, first), (other_workspace, theirs), (workspace_id, second),
-                               (workspace_id, refused)])
+    result = run_batch(
+        stack, [(workspace_id, first), (other_workspace, theirs), (workspace_id, second), (workspace_id, refused)]
+    )
     assert not result.success  # the refused pipeline failed the run, alone
     runs = history(stack)
 
     listed = runs.list_runs(workspace_id).runs
     assert [(run.run_id, run.pipeline_id) for run in listed] == [
-        (result.run_id, first), (result.run_id, second), (result.run_id, refused)]
+        (result.run_id, first),
+        (result.run_id, second),
+        (result.run_id, refused),
+    ]
     by_pipeline = {run.pipeline_id: run for run in listed}
     ok = by_pipeline[first]
     assert (ok.status, ok.trigger, ok.error, ok.pipeline_name) == ("succeeded", "scheduled", None, "p")
@@ -304,7 +330,10 @@ def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):
     detail = runs.get_run(workspace_id, result.run_id, pipeline_id=second)
     assert detail.model_dump(exclude={"steps"}) == by_pipeline[second].model_dump()
     assert [(step.step_key, step.status, step.error) for step in detail.steps] == [
-        ("crawl_results", "succeeded", None), ("kb_documents", "succeeded", None), ("page_changes", "succeeded", None)]
+        ("crawl_results", "succeeded", None),
+        ("kb_documents", "succeeded", None),
+        ("page_changes", "succeeded", None),
+    ]
     assert all(detail.started_at <= step.started_at <= step.finished_at <= detail.finished_at for step in detail.steps)
     refused_detail = runs.get_run(workspace_id, result.run_id, pipeline_id=refused)
     assert [(step.step_key, step.status) for step in refused_detail.steps] == [("crawl_results", "failed")]

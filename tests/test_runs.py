@@ -9,7 +9,10 @@ from pipelines_dagster.runs import missing_run_tags, run_tags
 
 def test_a_ui_launch_with_only_its_partition_gets_every_contract_tag_as_a_manual_run():
     assert missing_run_tags({"dagster/partition": "7"}, pipeline_id=7, workspace_id=3) == {
-        "pipeline_id": "7", "workspace_id": "3", "trigger": "manual"}
+        "pipeline_id": "7",
+        "workspace_id": "3",
+        "trigger": "manual",
+    }
 
 
 def test_a_backfill_run_is_a_manual_launch_whose_dagster_tags_say_it_is_a_backfill():
@@ -20,7 +23,9 @@ def test_a_backfill_run_is_a_manual_launch_whose_dagster_tags_say_it_is_a_backfi
 def test_tags_a_run_has_are_kept():
     # The pipeline_run launchpad sets the job's trigger tag; a re-execution copies its parent's tags.
     assert missing_run_tags({"trigger": "manual"}, pipeline_id=7, workspace_id=3) == {
-        "pipeline_id": "7", "workspace_id": "3"}
+        "pipeline_id": "7",
+        "workspace_id": "3",
+    }
     tagged = run_tags(pipeline_id=7, workspace_id=3, trigger="webhook")
     assert missing_run_tags(tagged, pipeline_id=7, workspace_id=3) == {}
 
@@ -39,15 +44,25 @@ def test_each_fire_carries_its_run_key_and_tags_without_a_dagster_instance():
     at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
     schedule = Fire(trigger_id=4, pipeline_id=7, workspace_id=3, scheduled_for=at, pipeline_enabled=True)
     assert schedule.run_key == "schedule:4:2026-12-01T09:00:00+00:00"
-    assert schedule.tags == {"pipeline_id": "7", "workspace_id": "3", "trigger": "scheduled",
-                             "scheduled_for": "2026-12-01T09:00:00+00:00"}
+    assert schedule.tags == {
+        "pipeline_id": "7",
+        "workspace_id": "3",
+        "trigger": "scheduled",
+        "scheduled_for": "2026-12-01T09:00:00+00:00",
+    }
     delivery = DeliveryFire(delivery_id=11, pipeline_id=7, workspace_id=3)
     assert (delivery.run_key, delivery.tags["trigger"], delivery.tags["webhook_delivery_id"]) == (
-        "webhook:11", "webhook", "11")
+        "webhook:11",
+        "webhook",
+        "11",
+    )
     event = EventFire(event_id=5, event_type="folder.changed", trigger_id=9, pipeline_id=7, workspace_id=3)
     assert event.run_key == "event:5:9"
     assert {k: event.tags[k] for k in ("trigger", "event_id", "event_type")} == {
-        "trigger": "event", "event_id": "5", "event_type": "folder.changed"}
+        "trigger": "event",
+        "event_id": "5",
+        "event_type": "folder.changed",
+    }
 
 
 def test_a_run_is_for_its_tagged_pipeline_its_partition_or_its_batch_members():

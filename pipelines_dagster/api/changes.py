@@ -19,6 +19,7 @@ from pipelines_dagster.core.page_changes import MAX_LIMIT, ChangeStatus, PageCha
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])
 
+
 def _iso_text(value: object) -> object:
     # Pydantic would also read a bare number as a Unix time; the documented format is ISO 8601 only.
     if isinstance(value, str) and not re.match(r"\d{4}-", value):
@@ -64,8 +65,15 @@ def list_page_changes(
     with api.sessions() as session:
         catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         rows, next_id = list_changes(
-            session, workspace_id=workspace_id, pipeline_id=pipeline_id, status=status, since=since,
-            before_id=int(cursor) if cursor else None, limit=limit,
+            session,
+            workspace_id=workspace_id,
+            pipeline_id=pipeline_id,
+            status=status,
+            since=since,
+            before_id=int(cursor) if cursor else None,
+            limit=limit,
         )
-    return PageChangePage(changes=[PageChangeOut.model_validate(row, from_attributes=True) for row in rows],
-                          next_cursor=str(next_id) if next_id is not None else None)
+    return PageChangePage(
+        changes=[PageChangeOut.model_validate(row, from_attributes=True) for row in rows],
+        next_cursor=str(next_id) if next_id is not None else None,
+    )

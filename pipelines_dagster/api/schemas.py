@@ -104,7 +104,9 @@ class RetryPolicyIn(BaseModel):
     delay_seconds: float = Field(default=DEFAULT_DELAY_SECONDS, gt=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False)
 
     def policy(self) -> RetryPolicy:
-        return validate_retry_policy(backoff=self.backoff, max_retries=self.max_retries, delay_seconds=self.delay_seconds)
+        return validate_retry_policy(
+            backoff=self.backoff, max_retries=self.max_retries, delay_seconds=self.delay_seconds
+        )
 
 
 class RetryPolicyOut(BaseModel):

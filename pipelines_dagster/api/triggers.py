@@ -77,7 +77,9 @@ class NewWebhookOut(TriggerOut):
 
 class RotateIn(BaseModel):
     overlap_seconds: int = Field(
-        default=DEFAULT_ROTATION_OVERLAP_SECONDS, ge=0, le=MAX_ROTATION_OVERLAP_SECONDS,
+        default=DEFAULT_ROTATION_OVERLAP_SECONDS,
+        ge=0,
+        le=MAX_ROTATION_OVERLAP_SECONDS,
         description="How long the secrets the trigger had until now keep verifying.",
     )
 
@@ -146,7 +148,9 @@ def add_trigger(
             if body.event_type is not None:
                 raise InvalidInputError("event_type", "only an event trigger takes an event type")
             made = create_webhook_trigger(
-                session, workspace_id=workspace_id, pipeline_id=pipeline_id,
+                session,
+                workspace_id=workspace_id,
+                pipeline_id=pipeline_id,
                 signing=(body.signing or WebhookSigning.STANDARD).value,
             )
             return NewWebhookOut(
@@ -197,20 +201,22 @@ def rotate_secret(
     """
     with transaction(api.sessions) as session:
         rotated = rotate_signing_secret(
-            session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id,
+            session,
+            workspace_id=workspace_id,
+            pipeline_id=pipeline_id,
+            trigger_id=trigger_id,
             overlap_seconds=(body or RotateIn()).overlap_seconds,
         )
         return RotatedOut(**_out(rotated.trigger).model_dump(), secret=rotated.secret)
 
 
-@router.post("/events", status_code=status.HTTP_202_ACCEPTED, response_model=EventOut,
-             responses=responses(401, 404, 422))
+@router.post(
+    "/events", status_code=status.HTTP_202_ACCEPTED, response_model=EventOut, responses=responses(401, 404, 422)
+)
 def post_event(workspace_id: WorkspaceId, body: EventIn, api: Api) -> EventOut:
     """Record a domain event; pipelines subscribed to its type run on the event sensor's next tick."""
     with transaction(api.sessions) as session:
-        event = emit_event(
-            session, workspace_id=workspace_id, event_type=body.event_type.value, payload=body.payload
-        )
+        event = emit_event(session, workspace_id=workspace_id, event_type=body.event_type.value, payload=body.payload)
         return EventOut(event_id=event.id, event_type=event.event_type)
 
 
@@ -232,12 +238,15 @@ async def _capped_body(request: Request) -> bytes:
     response_model=DeliveryOut,
     responses={
         200: {"model": DeliveryOut, "description": "A redelivery: accepted, no second run."},
-        **{code: {"model": ErrorResponse, "description": text} for code, text in [
-            (400, "A webhook-id longer than 190 characters, or a standard-mode body that is not UTF-8."),
-            (401, "Unknown token; missing or wrong signature; a timestamp more than 300 s off."),
-            (409, "The webhook trigger is disabled."),
-            (413, "The body is larger than 1 MiB."),
-        ]},
+        **{
+            code: {"model": ErrorResponse, "description": text}
+            for code, text in [
+                (400, "A webhook-id longer than 190 characters, or a standard-mode body that is not UTF-8."),
+                (401, "Unknown token; missing or wrong signature; a timestamp more than 300 s off."),
+                (409, "The webhook trigger is disabled."),
+                (413, "The body is larger than 1 MiB."),
+            ]
+        },
     },
     # The raw body is read here, capped, so the signature covers exactly the bytes sent.
     openapi_extra={

@@ -47,6 +47,4 @@ def require_current(engine: sa.Engine) -> None:
     current = current_revision(engine)
     if current != head_revision():
         state = "has no tables yet" if current is None else f"is at revision {current}"
-        raise DatabaseNotReadyError(
-            f"the app database {state}; run `pipelines-dagster db upgrade` first"
-        )
+        raise DatabaseNotReadyError(f"the app database {state}; run `pipelines-dagster db upgrade` first")

@@ -139,9 +139,7 @@ class Folder(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
-    parent_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("folders.id", ondelete="CASCADE"), index=True
-    )
+    parent_id: Mapped[int | None] = mapped_column(sa.ForeignKey("folders.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(sa.String(255))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -177,9 +175,7 @@ class Pipeline(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
     # NULL for an uploads pipeline, which has no fetch executor.
-    connector_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("connectors.id", ondelete="CASCADE"), index=True
-    )
+    connector_id: Mapped[int | None] = mapped_column(sa.ForeignKey("connectors.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(sa.String(200))
     save_to_kb: Mapped[bool] = mapped_column(default=True)
     # NULL means the workspace root.
@@ -203,9 +199,7 @@ class Pipeline(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
     connector: Mapped[Connector | None] = relationship(back_populates="pipelines")
-    triggers: Mapped[list[PipelineTrigger]] = relationship(
-        back_populates="pipeline", passive_deletes=True
-    )
+    triggers: Mapped[list[PipelineTrigger]] = relationship(back_populates="pipeline", passive_deletes=True)
 
 
 class PipelineTrigger(Base):
@@ -218,9 +212,7 @@ class PipelineTrigger(Base):
             name="schedule_has_cron_or_interval",
         ),
         sa.CheckConstraint("interval_minutes IS NULL OR interval_minutes > 0", name="interval_positive"),
-        sa.CheckConstraint(
-            "(kind = 'event') = (event_type IS NOT NULL)", name="event_type_iff_event"
-        ),
+        sa.CheckConstraint("(kind = 'event') = (event_type IS NOT NULL)", name="event_type_iff_event"),
         # NULL except on webhook triggers.
         _enum_check("signing", WebhookSigning),
         # NULL event types would count as distinct, so uniqueness is over coalesce().
@@ -237,9 +229,7 @@ class PipelineTrigger(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
-    pipeline_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("pipelines.id", ondelete="CASCADE"), index=True
-    )
+    pipeline_id: Mapped[int] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="CASCADE"), index=True)
     kind: Mapped[str] = mapped_column(sa.String(16))
     cron: Mapped[str | None] = mapped_column(sa.String(120))
     timezone: Mapped[str | None] = mapped_column(sa.String(64))
@@ -273,9 +263,7 @@ class WebhookDelivery(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
-    trigger_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("pipeline_triggers.id", ondelete="CASCADE"), index=True
-    )
+    trigger_id: Mapped[int] = mapped_column(sa.ForeignKey("pipeline_triggers.id", ondelete="CASCADE"), index=True)
     dedupe_key: Mapped[str] = mapped_column(sa.String(200))
     payload: Mapped[bytes] = mapped_column(sa.LargeBinary)
     headers: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -303,15 +291,9 @@ class Document(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
-    folder_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("folders.id", ondelete="SET NULL"), index=True
-    )
-    connector_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("connectors.id", ondelete="SET NULL"), index=True
-    )
-    pipeline_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("pipelines.id", ondelete="SET NULL"), index=True
-    )
+    folder_id: Mapped[int | None] = mapped_column(sa.ForeignKey("folders.id", ondelete="SET NULL"), index=True)
+    connector_id: Mapped[int | None] = mapped_column(sa.ForeignKey("connectors.id", ondelete="SET NULL"), index=True)
+    pipeline_id: Mapped[int | None] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="SET NULL"), index=True)
     document_type: Mapped[str] = mapped_column(sa.String(32))
     url: Mapped[str | None] = mapped_column(sa.Text)
     # sha256 of "{document_type}:{url}:{workspace_id}": one document per URL per workspace.
@@ -339,9 +321,7 @@ class PageChange(Base):
     workspace_id: Mapped[int] = _workspace_fk()
     pipeline_id: Mapped[int] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="CASCADE"))
     url: Mapped[str] = mapped_column(sa.Text)
-    document_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("documents.id", ondelete="SET NULL"), index=True
-    )
+    document_id: Mapped[int | None] = mapped_column(sa.ForeignKey("documents.id", ondelete="SET NULL"), index=True)
     # The crawl_results run whose blob was compared.
     run_id: Mapped[str] = mapped_column(sa.String(64))
     status: Mapped[str] = mapped_column(sa.String(16))
@@ -379,9 +359,7 @@ class CreditAccount(Base):
     __tablename__ = "credit_accounts"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    workspace_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("workspaces.id", ondelete="CASCADE"), unique=True
-    )
+    workspace_id: Mapped[int] = mapped_column(sa.ForeignKey("workspaces.id", ondelete="CASCADE"), unique=True)
     owner_user_id: Mapped[str] = mapped_column(sa.String(200))
     balance_micros: Mapped[int] = mapped_column(default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -395,9 +373,7 @@ class CreditLedgerEntry(Base):
     __table_args__ = (_enum_check("kind", LedgerKind),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    account_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("credit_accounts.id", ondelete="CASCADE"), index=True
-    )
+    account_id: Mapped[int] = mapped_column(sa.ForeignKey("credit_accounts.id", ondelete="CASCADE"), index=True)
     kind: Mapped[str] = mapped_column(sa.String(16))
     delta_micros: Mapped[int]
     idempotency_key: Mapped[str] = mapped_column(sa.String(255), unique=True)

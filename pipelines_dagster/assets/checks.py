@@ -8,8 +8,8 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata, latest_crawl
 from pipelines_dagster.core.blob import BlobNotFoundError
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
@@ -22,7 +22,9 @@ MAX_LISTED = 20
 
 class SuccessRatioConfig(dg.Config):
     min_success_ratio: float = pydantic.Field(
-        default=DEFAULT_MIN_SUCCESS_RATIO, ge=0, le=1,
+        default=DEFAULT_MIN_SUCCESS_RATIO,
+        ge=0,
+        le=1,
         description=f"Threshold for pipelines whose config sets no {THRESHOLD_KEY}.",
     )
 
@@ -34,7 +36,8 @@ def _latest_crawl(instance: dg.DagsterInstance, partition_key: str) -> CrawlMeta
 
 def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
-        passed=False, severity=severity,
+        passed=False,
+        severity=severity,
         description=f"pipeline {partition_key} has no stored crawl; materialize crawl_results first",
     )
 
@@ -93,19 +96,19 @@ def _blank(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
 def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
     """Whether every ready document of the pipeline has text."""
     with app_db.sessions() as session:
-        ready = (Document.pipeline_id == int(partition_key)) & (
-            Document.status_state == DocumentState.READY.value
-        )
+        ready = (Document.pipeline_id == int(partition_key)) & (Document.status_state == DocumentState.READY.value)
         total = session.scalar(sa.select(sa.func.count()).select_from(Document).where(ready))
-        empty = list(session.scalars(
-            sa.select(Document.url).where(ready, _blank(Document.content))
-            .order_by(Document.id)
-        ))
+        empty = list(
+            session.scalars(sa.select(Document.url).where(ready, _blank(Document.content)).order_by(Document.id))
+        )
     return dg.AssetCheckResult(
         passed=not empty,
         severity=dg.AssetCheckSeverity.ERROR,
-        description=(f"{len(empty)} of {total} ready documents have no content" if empty
-                     else f"all {total} ready documents have content"),
+        description=(
+            f"{len(empty)} of {total} ready documents have no content"
+            if empty
+            else f"all {total} ready documents have content"
+        ),
         metadata={
             "documents_ready": total,
             "documents_empty": len(empty),
@@ -115,30 +118,33 @@ def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> d
 
 
 @dg.asset_check(
-    asset=CRAWL_RESULTS, partitions_def=pipelines_partitions,
+    asset=CRAWL_RESULTS,
+    partitions_def=pipelines_partitions,
     description="At least the pipeline's share of URLs (default 80%) crawled successfully.",
 )
 def crawl_success_ratio(
     context: dg.AssetCheckExecutionContext, config: SuccessRatioConfig, app_db: AppDatabaseResource
 ) -> dg.AssetCheckResult:
     return success_ratio(
-        context.partition_key, _latest_crawl(context.instance, context.partition_key), app_db,
+        context.partition_key,
+        _latest_crawl(context.instance, context.partition_key),
+        app_db,
         default_threshold=config.min_success_ratio,
     )
 
 
 @dg.asset_check(
-    asset=CRAWL_RESULTS, partitions_def=pipelines_partitions,
+    asset=CRAWL_RESULTS,
+    partitions_def=pipelines_partitions,
     description="The newest crawl's blob exists and every line of it is a JSON record.",
 )
-def crawl_blob_readable(
-    context: dg.AssetCheckExecutionContext, blob_store: BlobStoreResource
-) -> dg.AssetCheckResult:
+def crawl_blob_readable(context: dg.AssetCheckExecutionContext, blob_store: BlobStoreResource) -> dg.AssetCheckResult:
     return blob_readable(context.partition_key, _latest_crawl(context.instance, context.partition_key), blob_store)
 
 
 @dg.asset_check(
-    asset=kb_documents, partitions_def=pipelines_partitions,
+    asset=kb_documents,
+    partitions_def=pipelines_partitions,
     description="Every ready document of the pipeline has non-empty content.",
 )
 def kb_documents_have_content(

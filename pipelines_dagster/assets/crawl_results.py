@@ -8,10 +8,10 @@ import dagster as dg
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
 from pipelines_dagster.assets.partition import partition_pipeline, refused
-from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
+from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
@@ -19,7 +19,6 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.runs import CONTRACT_TAGS, missing_run_tags, origin_of
-
 
 
 class CrawlAttemptFailed(Exception):
@@ -103,7 +102,9 @@ def crawl_partition(
             progress=lambda done: log.info(f"pipeline {plan.pipeline_id}: {done}"),
         )
         if report.lock_lost:
-            log.warning(f"pipeline {plan.pipeline_id}: a lock expired during the crawl; another run may have overlapped it")
+            log.warning(
+                f"pipeline {plan.pipeline_id}: a lock expired during the crawl; another run may have overlapped it"
+            )
         crawl = CrawlMetadata(
             pipeline_id=plan.pipeline_id,
             workspace_id=plan.workspace_id,
@@ -189,13 +190,16 @@ def crawl_results(
         retry = context.retry_number + 1
         wait = policy.delay(retry) if retry <= policy.max_retries else None
         if wait is not None:
-            context.log.warning(f"crawl attempt {retry} failed ({error_message(cause)}); retry {retry} of {policy.max_retries} "
-                                f"in {wait:g} s ({policy.backoff.value} backoff)")
+            context.log.warning(
+                f"crawl attempt {retry} failed ({error_message(cause)}); retry {retry} of {policy.max_retries} "
+                f"in {wait:g} s ({policy.backoff.value} backoff)"
+            )
         raise dg.RetryRequested(max_retries=policy.max_retries, seconds_to_wait=wait) from cause
     yield dg.MaterializeResult(metadata=crawl)
     # What the run does not execute as steps of its own follows here, from the blob just stored.
-    steps = PartitionSteps(context.instance, context.partition_key, app_db=app_db, blob_store=blob_store,
-                           log=context.log)
+    steps = PartitionSteps(
+        context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, log=context.log
+    )
     yield from steps.after_crawl(crawl, executed=run_steps(context))
     if steps.errors:
         raise dg.Failure(

@@ -9,8 +9,8 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl
-from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.core.kb_index import Destination, index_crawl
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
@@ -58,9 +58,7 @@ def index_partition(
     kinds={"python"},
     description=__doc__,
 )
-def kb_documents(
-    context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
-):
+def kb_documents(context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource):
     metadata = index_partition(
         context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, log=context.log
     )

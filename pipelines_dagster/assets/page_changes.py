@@ -8,8 +8,8 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl
-from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.core.page_changes import ChangeCounts, record_changes
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource

@@ -44,9 +44,7 @@ class ChargeResult:
 
 
 class Billing:
-    def __init__(
-        self, sessions: sessionmaker[Session], *, enabled: bool, micros_per_crawl: int
-    ) -> None:
+    def __init__(self, sessions: sessionmaker[Session], *, enabled: bool, micros_per_crawl: int) -> None:
         if micros_per_crawl < 0:
             raise ValueError("micros_per_crawl must be zero or more")
         self._sessions = sessions
@@ -59,9 +57,7 @@ class Billing:
     def balance(self, workspace_id: int) -> int:
         with self._sessions() as session:
             balance = session.scalar(
-                sa.select(CreditAccount.balance_micros).where(
-                    CreditAccount.workspace_id == workspace_id
-                )
+                sa.select(CreditAccount.balance_micros).where(CreditAccount.workspace_id == workspace_id)
             )
             if balance is None:
                 _owner_of(session, workspace_id)
@@ -76,9 +72,7 @@ class Billing:
             account_id = _account_id(session, workspace_id)
             if _insert_ledger(session, account_id, LedgerKind.GRANT, micros, key) is not None:
                 _add_to_balance(session, account_id, micros)
-            return session.scalar(
-                sa.select(CreditAccount.balance_micros).where(CreditAccount.id == account_id)
-            )
+            return session.scalar(sa.select(CreditAccount.balance_micros).where(CreditAccount.id == account_id))
 
     def check_credits(self, workspace_id: int, url_count: int) -> None:
         """Raise InsufficientCreditsError unless the balance covers every URL succeeding."""
@@ -116,17 +110,11 @@ class Billing:
             entry_id = _insert_ledger(session, account_id, LedgerKind.CHARGE, -micros, idempotency_key)
             if entry_id is None:
                 earlier = session.scalars(
-                    sa.select(CreditLedgerEntry).where(
-                        CreditLedgerEntry.idempotency_key == idempotency_key
-                    )
+                    sa.select(CreditLedgerEntry).where(CreditLedgerEntry.idempotency_key == idempotency_key)
                 ).one()
                 if earlier.account_id != account_id or earlier.kind != LedgerKind.CHARGE:
-                    raise ValueError(
-                        f"idempotency key {idempotency_key!r} belongs to another ledger entry"
-                    )
-                return ChargeResult(
-                    micros=-earlier.delta_micros, newly_charged=False, ledger_entry_id=earlier.id
-                )
+                    raise ValueError(f"idempotency key {idempotency_key!r} belongs to another ledger entry")
+                return ChargeResult(micros=-earlier.delta_micros, newly_charged=False, ledger_entry_id=earlier.id)
             _add_to_balance(session, account_id, -micros)
             session.add(
                 TokenUsage(
@@ -159,9 +147,7 @@ def _account_id(session: Session, workspace_id: int) -> int:
     return session.scalar(sa.select(CreditAccount.id).where(CreditAccount.workspace_id == workspace_id))
 
 
-def _insert_ledger(
-    session: Session, account_id: int, kind: LedgerKind, delta: int, key: str
-) -> int | None:
+def _insert_ledger(session: Session, account_id: int, kind: LedgerKind, delta: int, key: str) -> int | None:
     """The new entry's id, or None when the key is already in the ledger."""
     return session.scalar(
         dialect_insert(session, CreditLedgerEntry)

@@ -70,9 +70,7 @@ class NewWorkspace:
 
 
 def create_workspace(session: Session, *, name: str, owner_user_id: str) -> NewWorkspace:
-    workspace = Workspace(
-        name=validate_name(name), owner_user_id=validate_name(owner_user_id, field="owner")
-    )
+    workspace = Workspace(name=validate_name(name), owner_user_id=validate_name(owner_user_id, field="owner"))
     session.add(workspace)
     session.flush()
     return NewWorkspace(workspace, issue_api_token(session, workspace.id))
@@ -80,9 +78,7 @@ def create_workspace(session: Session, *, name: str, owner_user_id: str) -> NewW
 
 def issue_api_token(session: Session, workspace_id: int) -> str:
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    session.add(
-        ApiToken(workspace_id=workspace_id, token_hash=hash_token(token), prefix=token[:12])
-    )
+    session.add(ApiToken(workspace_id=workspace_id, token_hash=hash_token(token), prefix=token[:12]))
     session.flush()
     return token
 
@@ -144,9 +140,7 @@ def _create_default_pipeline(
     )
     session.add(pipeline)
     session.flush()
-    trigger = set_schedule(
-        session, pipeline, ScheduleSpec(every_minutes=connector.indexing_frequency_minutes), now=now
-    )
+    trigger = set_schedule(session, pipeline, ScheduleSpec(every_minutes=connector.indexing_frequency_minutes), now=now)
     assert trigger is not None
     connector.next_scheduled_at = trigger.next_fire_at
     session.flush()
@@ -168,9 +162,9 @@ def reconcile_connector_indexing(session: Session, connector_id: int, *, now: da
     if connector is None:
         return
     trigger = session.scalar(
-        _schedule_triggers().join(Pipeline, PipelineTrigger.pipeline_id == Pipeline.id).where(
-            Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True)
-        )
+        _schedule_triggers()
+        .join(Pipeline, PipelineTrigger.pipeline_id == Pipeline.id)
+        .where(Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True))
     )
     if trigger is None:
         return
@@ -251,8 +245,6 @@ def get_or_create_folder(session: Session, *, workspace_id: int, name: str) -> F
     return folder
 
 
-
-
 class Keep(Enum):
     """The value of a `PipelineChanges` field that was not given: the pipeline keeps what it has."""
 
@@ -269,12 +261,12 @@ class PipelineChanges:
     name: str | Keep = KEEP
     save_to_kb: bool | Keep = KEEP
     enabled: bool | Keep = KEEP
-    folder: str | None | Keep = KEEP
+    folder: str | Keep | None = KEEP
     """A folder at the KB root by name, created when missing; None is the root itself."""
-    folder_id: int | None | Keep = KEEP
-    urls: list[str] | None | Keep = KEEP
+    folder_id: int | Keep | None = KEEP
+    urls: list[str] | Keep | None = KEEP
     """The pipeline's own URLs; None crawls its connector's."""
-    schedule: ScheduleSpec | None | Keep = KEEP
+    schedule: ScheduleSpec | Keep | None = KEEP
     retry: RetryPolicy | Keep = KEEP
 
 
@@ -430,9 +422,7 @@ def get_pipeline(session: Session, *, workspace_id: int, pipeline_id: int) -> Pi
 
 def list_pipelines(session: Session, *, workspace_id: int) -> list[Pipeline]:
     """The workspace's pipelines by id, connectors' own periodic indexing included."""
-    return list(
-        session.scalars(sa.select(Pipeline).where(Pipeline.workspace_id == workspace_id).order_by(Pipeline.id))
-    )
+    return list(session.scalars(sa.select(Pipeline).where(Pipeline.workspace_id == workspace_id).order_by(Pipeline.id)))
 
 
 def set_pipeline_enabled(
@@ -443,9 +433,7 @@ def set_pipeline_enabled(
     )
 
 
-def delete_pipeline(
-    session: Session, *, workspace_id: int, pipeline_id: int, now: datetime | None = None
-) -> None:
+def delete_pipeline(session: Session, *, workspace_id: int, pipeline_id: int, now: datetime | None = None) -> None:
     pipeline = _editable(get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id))
     connector_id = pipeline.connector_id
     session.delete(pipeline)

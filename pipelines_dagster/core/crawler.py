@@ -304,9 +304,7 @@ class _CrawlRun:
             progress.attempts = attempt
             retry_after: float | None = None
             try:
-                response = await self._send(
-                    url, host=host, headers=headers, media_types=media_types, progress=progress
-                )
+                response = await self._send(url, host=host, headers=headers, media_types=media_types, progress=progress)
             except AddressError as exc:
                 raise _Failed(str(exc)) from None
             except httpx.ConnectTimeout:

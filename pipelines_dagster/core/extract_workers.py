@@ -89,7 +89,9 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     while (request := _read_frame(requests)) is not None:
         header, body = request
         try:
-            extracted = extract_page(body, media_type=header["media_type"], charset=header["charset"], url=header["url"])
+            extracted = extract_page(
+                body, media_type=header["media_type"], charset=header["charset"], url=header["url"]
+            )
         except Exception as exc:  # reported for this page; the worker serves the next one
             reply = _frame({"error": f"text extraction failed: {exc!r}"}, b"")
         else:
@@ -122,9 +124,7 @@ def main() -> None:
     # The parent stops a worker by closing its stdin; an interrupt of the whole process group
     # (Ctrl-C on a run) is the parent's to handle.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(
-        target=_exit_when_orphaned, args=(sys.stdin.fileno(),), name="parent-watch", daemon=True
-    ).start()
+    threading.Thread(target=_exit_when_orphaned, args=(sys.stdin.fileno(),), name="parent-watch", daemon=True).start()
     # The reply pipe is the original stdout, kept for the protocol alone: whatever a library
     # prints goes to stderr instead of corrupting a frame.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
@@ -171,9 +171,7 @@ class _Worker:
             raise  # the worker read the whole request, answered it, and serves the next
         except TimeoutError:
             self.stop()
-            raise ExtractionError(
-                f"text extraction took longer than {timeout:g} s; its worker was stopped"
-            ) from None
+            raise ExtractionError(f"text extraction took longer than {timeout:g} s; its worker was stopped") from None
         except (BrokenPipeError, EOFError):
             self.stop(grace=1.0)  # it is exiting already: let it, to report how it ended
             raise ExtractionError(

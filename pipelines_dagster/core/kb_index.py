@@ -92,9 +92,11 @@ def _create_pending(
         identities = {document_identity(record["url"], destination.workspace_id): record["url"] for record in batch}
         with sessions() as session, session.begin():
             # On a re-crawl every document exists already: look before inserting anything.
-            existing = set(session.scalars(
-                sa.select(Document.unique_identifier_hash).where(Document.unique_identifier_hash.in_(identities))
-            ))
+            existing = set(
+                session.scalars(
+                    sa.select(Document.unique_identifier_hash).where(Document.unique_identifier_hash.in_(identities))
+                )
+            )
             rows = [
                 {
                     "workspace_id": destination.workspace_id,

@@ -96,8 +96,7 @@ class Locks(ABC):
         interval = ttl_seconds / 3 if renew_every is None else renew_every
         if not 0 < interval < ttl_seconds:
             raise ValueError(
-                f"renew_every must be positive and shorter than ttl_seconds ({ttl_seconds}),"
-                f" got {interval}"
+                f"renew_every must be positive and shorter than ttl_seconds ({ttl_seconds}), got {interval}"
             )
         if not self.acquire(name, owner, ttl_seconds=ttl_seconds):
             raise LockHeldError(name)
@@ -119,13 +118,9 @@ class Locks(ABC):
                 self.release(name, owner)
             except Exception:
                 # Raising here would hide the block's own outcome; the TTL frees the lock anyway.
-                logger.warning(
-                    "could not release lock %r; it expires with its TTL", name, exc_info=True
-                )
+                logger.warning("could not release lock %r; it expires with its TTL", name, exc_info=True)
 
-    def _keep_renewed(
-        self, held: HeldLock, ttl_seconds: float, interval: float, stop: threading.Event
-    ) -> None:
+    def _keep_renewed(self, held: HeldLock, ttl_seconds: float, interval: float, stop: threading.Event) -> None:
         while not stop.wait(interval):
             try:
                 renewed = self.renew(held.name, held.owner, ttl_seconds=ttl_seconds)
@@ -231,8 +226,6 @@ class DatabaseLocks(Locks):
             return conn.execute(update).rowcount == 1
 
     def owner_of(self, name: str) -> str | None:
-        query = sa.select(LockLease.owner).where(
-            LockLease.name == name, LockLease.expires_at_ms > self._now_ms()
-        )
+        query = sa.select(LockLease.owner).where(LockLease.name == name, LockLease.expires_at_ms > self._now_ms())
         with self._engine.connect() as conn:
             return conn.scalar(query)

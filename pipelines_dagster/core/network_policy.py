@@ -32,9 +32,7 @@ class NetworkPolicy:
         try:
             networks = tuple(ip_network(network) for network in self.allowed_networks)
         except ValueError as exc:
-            raise ValueError(
-                f"allowed_networks: {exc}; write networks like '127.0.0.1/32' or '10.20.0.0/16'"
-            ) from None
+            raise ValueError(f"allowed_networks: {exc}; write networks like '127.0.0.1/32' or '10.20.0.0/16'") from None
         object.__setattr__(self, "allowed_networks", tuple(self.allowed_networks))
         object.__setattr__(self, "_networks", networks)
 

@@ -34,8 +34,10 @@ def normalize(markdown: str) -> str:
 def unified_diff(before: str, after: str, *, url: str, max_bytes: int = MAX_DIFF_BYTES) -> str:
     """A unified diff of two normalized pages, cut at a line boundary once it exceeds `max_bytes`."""
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True),
-        fromfile=f"{url} (before)", tofile=f"{url} (after)",
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"{url} (before)",
+        tofile=f"{url} (after)",
     )
     text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
     encoded = text.encode()
@@ -110,20 +112,31 @@ def record_changes(
             content = normalize(record.get("content") or "")
             digest = content_hash(content)
             if state is None:
-                state = PageState(workspace_id=workspace_id, pipeline_id=pipeline_id, url=url, url_hash=key,
-                                  run_id=run_id)
+                state = PageState(
+                    workspace_id=workspace_id, pipeline_id=pipeline_id, url=url, url_hash=key, run_id=run_id
+                )
                 session.add(state)
             if state.content_hash == digest:
                 counts.same += 1
             else:
                 status = PageChangeStatus.NEW if state.content_hash is None else PageChangeStatus.CHANGED
-                diff = (unified_diff(state.content or "", content, url=url)
-                        if status is PageChangeStatus.CHANGED else None)
-                session.add(PageChange(
-                    workspace_id=workspace_id, pipeline_id=pipeline_id, url=url, document_id=documents.get(url),
-                    run_id=run_id, status=status.value, previous_hash=state.content_hash, current_hash=digest,
-                    diff=diff, observed_at=now,
-                ))
+                diff = (
+                    unified_diff(state.content or "", content, url=url) if status is PageChangeStatus.CHANGED else None
+                )
+                session.add(
+                    PageChange(
+                        workspace_id=workspace_id,
+                        pipeline_id=pipeline_id,
+                        url=url,
+                        document_id=documents.get(url),
+                        run_id=run_id,
+                        status=status.value,
+                        previous_hash=state.content_hash,
+                        current_hash=digest,
+                        diff=diff,
+                        observed_at=now,
+                    )
+                )
                 setattr(counts, status.value, getattr(counts, status.value) + 1)
                 counts.changes.append((url, status.value))
                 state.content_hash, state.content, state.last_changed_at = digest, content, now
@@ -134,13 +147,22 @@ def record_changes(
     return counts
 
 
-def _remove(session: Session, state: PageState, run_id: str, document_id: int | None, now: datetime,
-            counts: ChangeCounts) -> None:
-    session.add(PageChange(
-        workspace_id=state.workspace_id, pipeline_id=state.pipeline_id, url=state.url, document_id=document_id,
-        run_id=run_id, status=PageChangeStatus.REMOVED.value, previous_hash=state.content_hash,
-        current_hash=None, observed_at=now,
-    ))
+def _remove(
+    session: Session, state: PageState, run_id: str, document_id: int | None, now: datetime, counts: ChangeCounts
+) -> None:
+    session.add(
+        PageChange(
+            workspace_id=state.workspace_id,
+            pipeline_id=state.pipeline_id,
+            url=state.url,
+            document_id=document_id,
+            run_id=run_id,
+            status=PageChangeStatus.REMOVED.value,
+            previous_hash=state.content_hash,
+            current_hash=None,
+            observed_at=now,
+        )
+    )
     counts.removed += 1
     counts.changes.append((state.url, PageChangeStatus.REMOVED.value))
     state.content_hash, state.content = None, None
@@ -149,8 +171,11 @@ def _remove(session: Session, state: PageState, run_id: str, document_id: int | 
 
 def _document_ids(session: Session, workspace_id: int) -> dict[str, int]:
     """The workspace's crawled documents by URL (one per URL per workspace, see `document_identity`)."""
-    rows = session.execute(sa.select(Document.url, Document.id)
-                           .where(Document.workspace_id == workspace_id, Document.document_type == DOCUMENT_TYPE))
+    rows = session.execute(
+        sa.select(Document.url, Document.id).where(
+            Document.workspace_id == workspace_id, Document.document_type == DOCUMENT_TYPE
+        )
+    )
     return {url: document_id for url, document_id in rows if url is not None}
 
 
@@ -195,4 +220,3 @@ def list_changes(
     found = list(session.scalars(query.order_by(PageChange.id.desc()).limit(limit + 1)))
     rows = [PageChangeView.model_validate(change) for change in found[:limit]]
     return rows, (rows[-1].id if len(found) > limit else None)
-

@@ -138,8 +138,7 @@ class CrawlProgress:
         return self.done / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
 
     def __str__(self) -> str:
-        return (f"crawled {self.done} of {self.total} pages, {self.failed} failed, "
-                f"{self.pages_per_second:.1f} pages/s")
+        return f"crawled {self.done} of {self.total} pages, {self.failed} failed, {self.pages_per_second:.1f} pages/s"
 
 
 class PreviousCrawl:
@@ -179,7 +178,7 @@ class PreviousCrawl:
         if span is None or self._map is None:
             return None
         offset, length = span
-        content, metadata = orjson.loads(self._map[offset:offset + length])
+        content, metadata = orjson.loads(self._map[offset : offset + length])
         # Each page is read once: let go of what its read mapped, so the process's memory stays flat
         # however large the previous crawl was (the file stays in the page cache). The kernel maps
         # a fault's whole aligned window, so the whole window goes.
@@ -347,13 +346,25 @@ def execute_crawl(
     with ExitStack() as held:
         # Both locks are owned by the run, so a run-status sensor can free what a dead run left.
         try:
-            pipeline_lock = _take_lock(held, locks, pipeline_lock_name(plan.pipeline_id), run_id,
-                                       ttl_seconds=lock_ttl_seconds, run_ended=run_ended)
+            pipeline_lock = _take_lock(
+                held,
+                locks,
+                pipeline_lock_name(plan.pipeline_id),
+                run_id,
+                ttl_seconds=lock_ttl_seconds,
+                run_ended=run_ended,
+            )
         except LockHeldError:
             raise RunRefused("a run for this pipeline is already in progress") from None
         try:
-            connector_lock = _take_lock(held, locks, connector_lock_name(plan.connector_id), run_id,
-                                        ttl_seconds=lock_ttl_seconds, run_ended=run_ended)
+            connector_lock = _take_lock(
+                held,
+                locks,
+                connector_lock_name(plan.connector_id),
+                run_id,
+                ttl_seconds=lock_ttl_seconds,
+                run_ended=run_ended,
+            )
         except LockHeldError:
             raise RunRefused("connector is currently indexing; retry later") from None
         try:
@@ -374,8 +385,14 @@ def execute_crawl(
                 yield record
                 if progress is not None and (now := time.monotonic()) >= next_progress:
                     next_progress = now + every
-                    progress(CrawlProgress(done=report.attempted, total=len(plan.urls), failed=report.failed,
-                                           elapsed_seconds=now - started))
+                    progress(
+                        CrawlProgress(
+                            done=report.attempted,
+                            total=len(plan.urls),
+                            failed=report.failed,
+                            elapsed_seconds=now - started,
+                        )
+                    )
 
         with _collector_off_old_objects():
             report.bytes_written = blob_store.write_jsonl(key, records())

@@ -33,8 +33,7 @@ def validate_cron(cron: str, *, field: str = "cron") -> str:
     if len(expression.split(" ")) != 5 or not croniter.is_valid(expression):
         raise InvalidInputError(
             field,
-            f"invalid cron expression {cron!r}; use five fields: minute hour day month weekday, "
-            "e.g. '0 6 * * 1-5'",
+            f"invalid cron expression {cron!r}; use five fields: minute hour day month weekday, e.g. '0 6 * * 1-5'",
         )
     return expression
 
@@ -82,9 +81,7 @@ class ScheduleSpec:
             raise InvalidInputError("cron", "give either a cron expression or an interval, not both")
         if self.cron is not None:
             if self.timezone is None:
-                raise InvalidInputError(
-                    "timezone", "a cron schedule needs a timezone, e.g. UTC or Europe/Stockholm"
-                )
+                raise InvalidInputError("timezone", "a cron schedule needs a timezone, e.g. UTC or Europe/Stockholm")
             validate_timezone(self.timezone)
             return ScheduleSpec(cron=validate_cron(self.cron), timezone=self.timezone)
         if self.timezone is not None:

@@ -41,8 +41,12 @@ class Fire:
 
     @property
     def tags(self) -> dict[str, str]:
-        return run_tags(pipeline_id=self.pipeline_id, workspace_id=self.workspace_id, trigger=Trigger.SCHEDULED,
-                        **schedule_tags(self.scheduled_for))
+        return run_tags(
+            pipeline_id=self.pipeline_id,
+            workspace_id=self.workspace_id,
+            trigger=Trigger.SCHEDULED,
+            **schedule_tags(self.scheduled_for),
+        )
 
 
 def next_fire(trigger: PipelineTrigger, *, after: datetime) -> datetime:

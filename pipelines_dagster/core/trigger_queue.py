@@ -52,8 +52,12 @@ class DeliveryFire:
 
     @property
     def tags(self) -> dict[str, str]:
-        return run_tags(pipeline_id=self.pipeline_id, workspace_id=self.workspace_id, trigger=Trigger.WEBHOOK,
-                        **webhook_tags(self.delivery_id))
+        return run_tags(
+            pipeline_id=self.pipeline_id,
+            workspace_id=self.workspace_id,
+            trigger=Trigger.WEBHOOK,
+            **webhook_tags(self.delivery_id),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +76,12 @@ class EventFire:
 
     @property
     def tags(self) -> dict[str, str]:
-        return run_tags(pipeline_id=self.pipeline_id, workspace_id=self.workspace_id, trigger=Trigger.EVENT,
-                        **event_tags(self.event_id, self.event_type))
+        return run_tags(
+            pipeline_id=self.pipeline_id,
+            workspace_id=self.workspace_id,
+            trigger=Trigger.EVENT,
+            **event_tags(self.event_id, self.event_type),
+        )
 
 
 FireT = TypeVar("FireT", DeliveryFire, EventFire)
@@ -112,8 +120,13 @@ def take_delivery_batch(sessions: sessionmaker[Session], *, limit: int, now: dat
     """Mark up to `limit` pending deliveries, oldest id first, and commit: the runs they owe."""
     with sessions() as session, session.begin():
         rows = session.execute(
-            sa.select(WebhookDelivery.id, PipelineTrigger.pipeline_id, PipelineTrigger.workspace_id,
-                      PipelineTrigger.enabled, Pipeline.enabled)
+            sa.select(
+                WebhookDelivery.id,
+                PipelineTrigger.pipeline_id,
+                PipelineTrigger.workspace_id,
+                PipelineTrigger.enabled,
+                Pipeline.enabled,
+            )
             .join(PipelineTrigger, PipelineTrigger.id == WebhookDelivery.trigger_id)
             .join(Pipeline, Pipeline.id == PipelineTrigger.pipeline_id)
             .where(WebhookDelivery.requested_at.is_(None))
@@ -141,26 +154,40 @@ def take_event_batch(sessions: sessionmaker[Session], *, limit: int, now: dateti
             .limit(limit)
             .with_for_update(skip_locked=True, of=DomainEvent)
         ).all()
-        subscriptions = session.execute(
-            sa.select(PipelineTrigger.id, PipelineTrigger.workspace_id, PipelineTrigger.event_type,
-                      Pipeline.id, Pipeline.connector_id)
-            .join(Pipeline, Pipeline.id == PipelineTrigger.pipeline_id)
-            .where(
-                PipelineTrigger.kind == TriggerKind.EVENT.value,
-                PipelineTrigger.enabled.is_(True),
-                Pipeline.enabled.is_(True),
-                PipelineTrigger.workspace_id.in_({event.workspace_id for event in events}),
-                PipelineTrigger.event_type.in_({event.event_type for event in events}),
-            )
-        ).all() if events else []
+        subscriptions = (
+            session.execute(
+                sa.select(
+                    PipelineTrigger.id,
+                    PipelineTrigger.workspace_id,
+                    PipelineTrigger.event_type,
+                    Pipeline.id,
+                    Pipeline.connector_id,
+                )
+                .join(Pipeline, Pipeline.id == PipelineTrigger.pipeline_id)
+                .where(
+                    PipelineTrigger.kind == TriggerKind.EVENT.value,
+                    PipelineTrigger.enabled.is_(True),
+                    Pipeline.enabled.is_(True),
+                    PipelineTrigger.workspace_id.in_({event.workspace_id for event in events}),
+                    PipelineTrigger.event_type.in_({event.event_type for event in events}),
+                )
+            ).all()
+            if events
+            else []
+        )
         by_topic: dict[tuple[int, str], list[tuple[int, int, int | None]]] = {}
         for trigger_id, workspace_id, event_type, pipeline_id, connector_id in subscriptions:
             by_topic.setdefault((workspace_id, event_type), []).append((trigger_id, pipeline_id, connector_id))
         taken: Taken[EventFire] = Taken(rows=len(events))
         for event_id, workspace_id, event_type, payload in events:
             fires = [
-                EventFire(event_id=event_id, event_type=event_type, trigger_id=trigger_id,
-                          pipeline_id=pipeline_id, workspace_id=workspace_id)
+                EventFire(
+                    event_id=event_id,
+                    event_type=event_type,
+                    trigger_id=trigger_id,
+                    pipeline_id=pipeline_id,
+                    workspace_id=workspace_id,
+                )
                 for trigger_id, pipeline_id, connector_id in by_topic.get((workspace_id, event_type), [])
                 if concerns(payload, pipeline_id=pipeline_id, connector_id=connector_id)
             ]

@@ -51,8 +51,14 @@ DEFAULT_ROTATION_OVERLAP_SECONDS = 24 * 3600
 MAX_ROTATION_OVERLAP_SECONDS = 7 * 24 * 3600
 # Headers worth keeping with a delivery; signatures are not stored.
 KEPT_HEADERS = (
-    "content-type", "user-agent", STANDARD_ID_HEADER, STANDARD_TIMESTAMP_HEADER, GITHUB_TIMESTAMP_HEADER,
-    "x-github-delivery", "x-github-event", "x-delivery-id",
+    "content-type",
+    "user-agent",
+    STANDARD_ID_HEADER,
+    STANDARD_TIMESTAMP_HEADER,
+    GITHUB_TIMESTAMP_HEADER,
+    "x-github-delivery",
+    "x-github-event",
+    "x-delivery-id",
 )
 
 
@@ -182,9 +188,7 @@ def get_trigger(session: Session, *, workspace_id: int, pipeline_id: int, trigge
     return trigger
 
 
-def create_event_trigger(
-    session: Session, *, workspace_id: int, pipeline_id: int, event_type: str
-) -> PipelineTrigger:
+def create_event_trigger(session: Session, *, workspace_id: int, pipeline_id: int, event_type: str) -> PipelineTrigger:
     """Subscribe a pipeline to an event type; an unknown type is refused here, not silently never fired."""
     kind = validate_event_type(event_type)
     get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)

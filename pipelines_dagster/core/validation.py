@@ -45,17 +45,13 @@ def validate_url(url: str, *, field: str = "url") -> str:
     except ValueError as exc:
         raise InvalidInputError(field, f"malformed URL {candidate!r} ({exc})") from None
     if parts.scheme not in {"http", "https"}:
-        raise InvalidInputError(
-            field, f"malformed URL {candidate!r}: it must start with http:// or https://"
-        )
+        raise InvalidInputError(field, f"malformed URL {candidate!r}: it must start with http:// or https://")
     if not parts.hostname:
         raise InvalidInputError(field, f"malformed URL {candidate!r}: it has no host name")
     if port == 0:
         raise InvalidInputError(field, f"malformed URL {candidate!r}: port 0 is not valid")
     if parts.username is not None or parts.password is not None:
-        raise InvalidInputError(
-            field, f"URL {candidate!r} carries credentials; remove the user:password@ part"
-        )
+        raise InvalidInputError(field, f"URL {candidate!r} carries credentials; remove the user:password@ part")
     return candidate
 
 

@@ -30,9 +30,5 @@ class BillingResource(dg.ConfigurableResource):
     def check_credits(self, workspace_id: int, url_count: int) -> None:
         self.billing.check_credits(workspace_id, url_count)
 
-    def charge(
-        self, workspace_id: int, micros: int, *, idempotency_key: str, usage: Mapping[str, Any]
-    ) -> ChargeResult:
-        return self.billing.charge(
-            workspace_id, micros, idempotency_key=idempotency_key, usage=usage
-        )
+    def charge(self, workspace_id: int, micros: int, *, idempotency_key: str, usage: Mapping[str, Any]) -> ChargeResult:
+        return self.billing.charge(workspace_id, micros, idempotency_key=idempotency_key, usage=usage)

@@ -39,7 +39,9 @@ def known_partitions(context: dg.SensorEvaluationContext) -> set[str]:
 
 def pipeline_run_request(fire: Fire) -> dg.RunRequest:
     return dg.RunRequest(
-        run_key=fire.run_key, job_name=pipeline_run.name, partition_key=partition_key(fire.pipeline_id),
+        run_key=fire.run_key,
+        job_name=pipeline_run.name,
+        partition_key=partition_key(fire.pipeline_id),
         tags=dict(fire.tags),
     )
 
@@ -53,7 +55,9 @@ def trigger_result(
     requests = list(requests)
     existing = known_partitions(context) if known is None else known
     wanted = {request.partition_key for request in requests if request.partition_key}
-    wanted.update(partition_key(pipeline_id) for request in requests for pipeline_id in batch_pipeline_ids(request.tags))
+    wanted.update(
+        partition_key(pipeline_id) for request in requests for pipeline_id in batch_pipeline_ids(request.tags)
+    )
     missing = sorted(wanted - existing)
     return dg.SensorResult(
         run_requests=requests,

@@ -29,6 +29,4 @@ def pipeline_partitions_sync(context: dg.SensorEvaluationContext, app_db: AppDat
         requests.append(pipelines_partitions.build_add_request(added))
     if removed := sorted(missing_now & missing_before):
         requests.append(pipelines_partitions.build_delete_request(removed))
-    return dg.SensorResult(
-        dynamic_partitions_requests=requests, cursor=json.dumps(sorted(missing_now - set(removed)))
-    )
+    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=json.dumps(sorted(missing_now - set(removed))))

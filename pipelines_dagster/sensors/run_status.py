@@ -41,4 +41,7 @@ def _lock_release_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
     return release_locks
 
 
-lock_release_sensors = [_lock_release_sensor(dg.DagsterRunStatus.FAILURE), _lock_release_sensor(dg.DagsterRunStatus.CANCELED)]
+lock_release_sensors = [
+    _lock_release_sensor(dg.DagsterRunStatus.FAILURE),
+    _lock_release_sensor(dg.DagsterRunStatus.CANCELED),
+]

@@ -26,8 +26,8 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.resources.blob_store import S3BlobStoreResource
 from pipelines_dagster.settings import Settings, load_settings
-from tests.support.processes import stop_group
 from tests.assets.conftest import Stack, embedded, production, stack, web  # noqa: F401  (fixtures)
+from tests.support.processes import stop_group
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 WEBSERVER_START_SECONDS = 90

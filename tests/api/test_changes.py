@@ -28,10 +28,14 @@ def timeline(embedded: Stack, client_for, tmp_path):
     embedded.web.route("/p3", page("Page 3", "gone", status=410))
     second = embedded.run(a_pipeline, a_workspace, assets=ALL)
     assert first.success and second.success and embedded.run(b_pipeline, b_workspace, assets=ALL).success
-    client = client_for(stack_settings(embedded, tmp_path / "data"), embedded.instance,
-                        GraphQLLauncher(f"http://127.0.0.1:{free_port()}"))
-    tenants = {name: Tenant(ws, issue_token(embedded.sessions, ws)) for name, ws in (("a", a_workspace),
-                                                                                      ("b", b_workspace))}
+    client = client_for(
+        stack_settings(embedded, tmp_path / "data"),
+        embedded.instance,
+        GraphQLLauncher(f"http://127.0.0.1:{free_port()}"),
+    )
+    tenants = {
+        name: Tenant(ws, issue_token(embedded.sessions, ws)) for name, ws in (("a", a_workspace), ("b", b_workspace))
+    }
     return client, tenants, {"a": a_pipeline, "b": b_pipeline}, second.run_id, urls
 
 
@@ -67,8 +71,11 @@ def test_filters_and_pages(timeline):
 def test_invalid_filters_answer_422_per_field(timeline):
     client, tenants, pipelines, _, _ = timeline
     a = tenants["a"]
-    answer = client.get(f"{a.pipelines}/{pipelines['a']}/changes",
-                        params={"status": "same", "since": "2026-01-01T00:00:00", "cursor": "x"}, headers=a.headers)
+    answer = client.get(
+        f"{a.pipelines}/{pipelines['a']}/changes",
+        params={"status": "same", "since": "2026-01-01T00:00:00", "cursor": "x"},
+        headers=a.headers,
+    )
     assert answer.status_code == 422
     assert {error["field"] for error in answer.json()["detail"]} == {"status", "since", "cursor"}
     number = client.get(f"{a.pipelines}/{pipelines['a']}/changes", params={"since": "0.5"}, headers=a.headers)

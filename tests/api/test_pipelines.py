@@ -175,10 +175,15 @@ def test_put_changes_only_the_fields_given(client, sessions, tenant):
 
 def test_a_retry_policy_is_set_at_creation_shown_and_changed(client, tenant):
     default = create(client, tenant, name="default").json()
-    assert default["retry_policy"] == {"backoff": "exponential", "max_retries": 3, "delay_seconds": 2.0,
-                                       "description": "exponential backoff, up to 3 retries, waiting 2, 4, 8 s"}
-    linear = create(client, tenant, name="linear",
-                    retry_policy={"backoff": "linear", "max_retries": 2, "delay_seconds": 5}).json()
+    assert default["retry_policy"] == {
+        "backoff": "exponential",
+        "max_retries": 3,
+        "delay_seconds": 2.0,
+        "description": "exponential backoff, up to 3 retries, waiting 2, 4, 8 s",
+    }
+    linear = create(
+        client, tenant, name="linear", retry_policy={"backoff": "linear", "max_retries": 2, "delay_seconds": 5}
+    ).json()
     assert linear["retry_policy"]["description"] == "linear backoff, up to 2 retries, waiting 5, 10 s"
     path = f"{tenant.pipelines}/{linear['id']}"
     refused = client.put(path, headers=tenant.headers, json={"retry_policy": {"delay_seconds": 0}})
@@ -327,10 +332,20 @@ def test_the_cli_refuses_another_workspaces_connector_as_the_api_does(
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "cli-dagster-home"))
     result = CliRunner().invoke(
         main,
-        ["pipeline", "create", "--workspace", str(tenant.workspace_id), "--connector", str(other.connector_id),
-         "--name", "p"],
+        [
+            "pipeline",
+            "create",
+            "--workspace",
+            str(tenant.workspace_id),
+            "--connector",
+            str(other.connector_id),
+            "--name",
+            "p",
+        ],
     )
-    assert error == {"field": "connector_id",
-                     "message": f"connector {other.connector_id} is not in workspace {tenant.workspace_id}"}
+    assert error == {
+        "field": "connector_id",
+        "message": f"connector {other.connector_id} is not in workspace {tenant.workspace_id}",
+    }
     assert result.exit_code == 1 and result.output == f"Error: --connector: {error['message']}\n"
     assert row_counts(app_engine) == before

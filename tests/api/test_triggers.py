@@ -16,15 +16,19 @@ from tests.support.webhooks import standard_headers
 
 
 def make_pipeline(client, tenant: Tenant, name: str = "docs") -> int:
-    made = client.post(tenant.pipelines, headers=tenant.headers,
-                       json={"name": name, "connector_id": tenant.connector_id})
+    made = client.post(
+        tenant.pipelines, headers=tenant.headers, json={"name": name, "connector_id": tenant.connector_id}
+    )
     assert made.status_code == 201, made.text
     return made.json()["id"]
 
 
 def new_webhook(client, tenant: Tenant, pipeline_id: int, signing: str | None = None) -> dict:
-    made = client.post(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers,
-                       json={"kind": "webhook", **({"signing": signing} if signing else {})})
+    made = client.post(
+        f"{tenant.pipelines}/{pipeline_id}/triggers",
+        headers=tenant.headers,
+        json={"kind": "webhook", **({"signing": signing} if signing else {})},
+    )
     assert made.status_code == 201, made.text
     return made.json()
 
@@ -70,17 +74,28 @@ def test_another_workspace_cannot_see_or_add_triggers(client, tenant, other):
 
 
 def test_events_are_recorded_for_the_tokens_workspace(client, tenant, other, sessions):
-    answer = client.post(f"/workspaces/{tenant.workspace_id}/events", headers=tenant.headers,
-                         json={"event_type": "refresh.requested", "payload": {"reason": "stale"}})
+    answer = client.post(
+        f"/workspaces/{tenant.workspace_id}/events",
+        headers=tenant.headers,
+        json={"event_type": "refresh.requested", "payload": {"reason": "stale"}},
+    )
     assert answer.status_code == 202, answer.text
     with sessions() as session:
         event = session.get(DomainEvent, answer.json()["event_id"])
     assert (event.workspace_id, event.payload) == (tenant.workspace_id, {"reason": "stale"})
     before = count(sessions, DomainEvent)
-    assert client.post(f"/workspaces/{tenant.workspace_id}/events", headers=other.headers,
-                       json={"event_type": "refresh.requested"}).status_code == 404
-    assert client.post(f"/workspaces/{tenant.workspace_id}/events", headers=tenant.headers,
-                       json={"event_type": "nope"}).status_code == 422
+    assert (
+        client.post(
+            f"/workspaces/{tenant.workspace_id}/events", headers=other.headers, json={"event_type": "refresh.requested"}
+        ).status_code
+        == 404
+    )
+    assert (
+        client.post(
+            f"/workspaces/{tenant.workspace_id}/events", headers=tenant.headers, json={"event_type": "nope"}
+        ).status_code
+        == 422
+    )
     assert count(sessions, DomainEvent) == before
 
 
@@ -92,8 +107,10 @@ def test_a_github_mode_trigger_is_signed_with_its_url_token(client, tenant):
 def test_bad_signing_input_is_refused_with_the_field_and_nothing_is_written(client, tenant):
     pipeline_id = make_pipeline(client, tenant)
     path = f"{tenant.pipelines}/{pipeline_id}/triggers"
-    for body in ({"kind": "webhook", "signing": "svix"},
-                 {"kind": "event", "event_type": "folder.changed", "signing": "github"}):
+    for body in (
+        {"kind": "webhook", "signing": "svix"},
+        {"kind": "event", "event_type": "folder.changed", "signing": "github"},
+    ):
         refused = client.post(path, headers=tenant.headers, json=body)
         assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "signing", refused.text
     assert client.get(path, headers=tenant.headers).json()["triggers"] == []
@@ -119,8 +136,9 @@ def test_secret_rotation_over_http(client, tenant):
     assert listed[0]["previous_secret_expires_at"] == new["previous_secret_expires_at"]
     assert new["secret"] not in json.dumps(listed)
     github = new_webhook(client, tenant, make_pipeline(client, tenant, name="gh"), signing="github")
-    refused = client.post(f"{tenant.pipelines}/{github['pipeline_id']}/triggers/{github['id']}/rotate-secret",
-                          headers=tenant.headers)
+    refused = client.post(
+        f"{tenant.pipelines}/{github['pipeline_id']}/triggers/{github['id']}/rotate-secret", headers=tenant.headers
+    )
     assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "signing"
 
 
@@ -132,8 +150,7 @@ def test_standard_webhook_deliveries_over_http(client, tenant, sessions):
     assert client.post(hook["webhook_path"], content=body).status_code == 401
     stale = standard_headers(hook["secret"], body, webhook_id="msg_1", at=datetime.now(UTC) - timedelta(seconds=301))
     assert client.post(hook["webhook_path"], content=body, headers=stale).status_code == 401
-    assert client.post(hook["webhook_path"], content=body,
-                       headers={**signed, "webhook-id": "msg_2"}).status_code == 401
+    assert client.post(hook["webhook_path"], content=body, headers={**signed, "webhook-id": "msg_2"}).status_code == 401
     assert count(sessions, WebhookDelivery) == before
     first = client.post(hook["webhook_path"], content=body, headers=signed)
     assert first.status_code == 202 and first.json()["duplicate"] is False
@@ -148,8 +165,12 @@ def test_github_webhook_deliveries_over_http(client, tenant, sessions):
     signed = {"X-Hub-Signature-256": sign(body, hook["secret"]), "X-Delivery-Id": "gh-1"}
     before = count(sessions, WebhookDelivery)
     assert client.post(hook["webhook_path"], content=body).status_code == 401
-    assert client.post(hook["webhook_path"], content=body,
-                       headers={"X-Hub-Signature-256": sign(body, "not-the-secret")}).status_code == 401
+    assert (
+        client.post(
+            hook["webhook_path"], content=body, headers={"X-Hub-Signature-256": sign(body, "not-the-secret")}
+        ).status_code
+        == 401
+    )
     stale = {**signed, "X-Webhook-Timestamp": str(int(time.time()) - 301)}
     assert client.post(hook["webhook_path"], content=body, headers=stale).status_code == 401
     assert count(sessions, WebhookDelivery) == before
@@ -157,16 +178,24 @@ def test_github_webhook_deliveries_over_http(client, tenant, sessions):
     assert first.status_code == 202 and first.json()["duplicate"] is False
     again = client.post(hook["webhook_path"], content=body, headers=signed)
     assert again.status_code == 200 and again.json() == {**first.json(), "duplicate": True}
-    replayed = client.post(hook["webhook_path"], content=body,
-                           headers={"X-Hub-Signature-256": signed["X-Hub-Signature-256"], "X-Delivery-Id": "gh-2"})
+    replayed = client.post(
+        hook["webhook_path"],
+        content=body,
+        headers={"X-Hub-Signature-256": signed["X-Hub-Signature-256"], "X-Delivery-Id": "gh-2"},
+    )
     assert replayed.status_code == 200 and replayed.json() == {**first.json(), "duplicate": True}
     assert count(sessions, WebhookDelivery) == before + 1
     huge = b"x" * (1024 * 1024 + 1)
-    too_big = client.post(hook["webhook_path"], content=huge,
-                          headers={"X-Hub-Signature-256": sign(huge, hook["secret"])})
+    too_big = client.post(
+        hook["webhook_path"], content=huge, headers={"X-Hub-Signature-256": sign(huge, hook["secret"])}
+    )
     assert too_big.status_code == 413 and "1048576 bytes" in too_big.json()["detail"]
-    assert client.post("/webhooks/whk_unknown", content=body,
-                       headers={"X-Hub-Signature-256": sign(body, "whk_unknown")}).status_code == 401
+    assert (
+        client.post(
+            "/webhooks/whk_unknown", content=body, headers={"X-Hub-Signature-256": sign(body, "whk_unknown")}
+        ).status_code
+        == 401
+    )
 
 
 def test_the_access_log_never_prints_a_webhook_token(client, caplog):

@@ -41,8 +41,9 @@ def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path):
 
 
 def test_upgrade_of_an_empty_postgres_database_reaches_head(postgres_url):
-    admin = sa.create_engine(sa.make_url(postgres_url).set(drivername="postgresql+psycopg2"),
-                             isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(
+        sa.make_url(postgres_url).set(drivername="postgresql+psycopg2"), isolation_level="AUTOCOMMIT"
+    )
     name = f"pd_fresh_{uuid.uuid4().hex[:8]}"
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
@@ -72,8 +73,12 @@ def pipeline(sessions) -> Pipeline:
         workspace = Workspace(name="acme", owner_user_id="user-1")
         session.add(workspace)
         session.flush()
-        connector = Connector(workspace_id=workspace.id, name="web", connector_type="webcrawler",
-                              config={"INITIAL_URLS": ["https://example.com"]})
+        connector = Connector(
+            workspace_id=workspace.id,
+            name="web",
+            connector_type="webcrawler",
+            config={"INITIAL_URLS": ["https://example.com"]},
+        )
         session.add(connector)
         session.flush()
         made = Pipeline(workspace_id=workspace.id, connector_id=connector.id, name=f"p-{uuid.uuid4().hex[:6]}")
@@ -91,19 +96,28 @@ def insert_twice(sessions, make) -> None:
 
 def test_document_identity_is_unique(sessions, pipeline):
     identity = hashlib.sha256(f"CRAWLED_URL:https://example.com:{pipeline.workspace_id}".encode()).hexdigest()
-    insert_twice(sessions, lambda: Document(workspace_id=pipeline.workspace_id, document_type="CRAWLED_URL",
-                                            url="https://example.com", unique_identifier_hash=identity))
+    insert_twice(
+        sessions,
+        lambda: Document(
+            workspace_id=pipeline.workspace_id,
+            document_type="CRAWLED_URL",
+            url="https://example.com",
+            unique_identifier_hash=identity,
+        ),
+    )
 
 
 def test_a_pipeline_has_one_trigger_per_kind_even_without_an_event_type(sessions, pipeline):
-    insert_twice(sessions, lambda: PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id,
-                                                   kind="webhook"))
+    insert_twice(
+        sessions, lambda: PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind="webhook")
+    )
 
 
 def test_event_triggers_are_unique_per_event_type(sessions, pipeline):
     def event(event_type: str) -> PipelineTrigger:
-        return PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind="event",
-                               event_type=event_type)
+        return PipelineTrigger(
+            workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind="event", event_type=event_type
+        )
 
     with transaction(sessions) as session:
         session.add_all([event("connector.urls_changed"), event("document.uploaded")])
@@ -112,8 +126,11 @@ def test_event_triggers_are_unique_per_event_type(sessions, pipeline):
 
 def test_schedule_triggers_need_cron_with_timezone_or_an_interval(sessions, pipeline):
     with pytest.raises(sa.exc.IntegrityError), transaction(sessions) as session:
-        session.add(PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id,
-                                    kind="schedule", cron="* * * * *"))
+        session.add(
+            PipelineTrigger(
+                workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind="schedule", cron="* * * * *"
+            )
+        )
 
 
 def test_ledger_idempotency_key_is_unique(sessions, pipeline):
@@ -123,8 +140,10 @@ def test_ledger_idempotency_key_is_unique(sessions, pipeline):
         session.flush()
         account_id = account.id
     key = f"run:{uuid.uuid4()}:{pipeline.id}"
-    insert_twice(sessions, lambda: CreditLedgerEntry(account_id=account_id, kind="charge", delta_micros=-1000,
-                                                     idempotency_key=key))
+    insert_twice(
+        sessions,
+        lambda: CreditLedgerEntry(account_id=account_id, kind="charge", delta_micros=-1000, idempotency_key=key),
+    )
 
 
 def test_webhook_delivery_dedupe_key_is_unique_per_trigger(sessions, pipeline):
@@ -133,8 +152,12 @@ def test_webhook_delivery_dedupe_key_is_unique_per_trigger(sessions, pipeline):
         session.add(trigger)
         session.flush()
         trigger_id = trigger.id
-    insert_twice(sessions, lambda: WebhookDelivery(workspace_id=pipeline.workspace_id, trigger_id=trigger_id,
-                                                   dedupe_key="delivery-1", payload=b"{}"))
+    insert_twice(
+        sessions,
+        lambda: WebhookDelivery(
+            workspace_id=pipeline.workspace_id, trigger_id=trigger_id, dedupe_key="delivery-1", payload=b"{}"
+        ),
+    )
 
 
 def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
@@ -148,33 +171,68 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
         account = CreditAccount(workspace_id=ws, owner_user_id="user-1", balance_micros=5)
         session.add_all([trigger, account, ApiToken(workspace_id=ws, token_hash=uuid.uuid4().hex, prefix="pdk_")])
         session.flush()
-        entry = CreditLedgerEntry(account_id=account.id, kind="grant", delta_micros=5,
-                                  idempotency_key=f"g-{uuid.uuid4()}")
+        entry = CreditLedgerEntry(
+            account_id=account.id, kind="grant", delta_micros=5, idempotency_key=f"g-{uuid.uuid4()}"
+        )
         session.add(entry)
         session.flush()
-        session.add_all([
-            WebhookDelivery(workspace_id=ws, trigger_id=trigger.id, dedupe_key="d", payload=b"{}"),
-            DomainEvent(workspace_id=ws, event_type="refresh.requested"),
-            Document(workspace_id=ws, folder_id=folder.id, pipeline_id=pipeline.id, document_type="CRAWLED_URL",
-                     unique_identifier_hash=uuid.uuid4().hex),
-            TokenUsage(workspace_id=ws, user_id="user-1", usage_type="web_crawl", cost_micros=1,
-                       ledger_entry_id=entry.id),
-            PageChange(workspace_id=ws, pipeline_id=pipeline.id, url="https://example.com", run_id="r",
-                       status="new", current_hash="h"),
-            PageState(workspace_id=ws, pipeline_id=pipeline.id, url="https://example.com", url_hash="u",
-                      content_hash="h", run_id="r"),
-        ])
+        session.add_all(
+            [
+                WebhookDelivery(workspace_id=ws, trigger_id=trigger.id, dedupe_key="d", payload=b"{}"),
+                DomainEvent(workspace_id=ws, event_type="refresh.requested"),
+                Document(
+                    workspace_id=ws,
+                    folder_id=folder.id,
+                    pipeline_id=pipeline.id,
+                    document_type="CRAWLED_URL",
+                    unique_identifier_hash=uuid.uuid4().hex,
+                ),
+                TokenUsage(
+                    workspace_id=ws, user_id="user-1", usage_type="web_crawl", cost_micros=1, ledger_entry_id=entry.id
+                ),
+                PageChange(
+                    workspace_id=ws,
+                    pipeline_id=pipeline.id,
+                    url="https://example.com",
+                    run_id="r",
+                    status="new",
+                    current_hash="h",
+                ),
+                PageState(
+                    workspace_id=ws,
+                    pipeline_id=pipeline.id,
+                    url="https://example.com",
+                    url_hash="u",
+                    content_hash="h",
+                    run_id="r",
+                ),
+            ]
+        )
     with transaction(sessions) as session:
         session.execute(sa.delete(Workspace).where(Workspace.id == ws))
-    owned = [ApiToken, Folder, Connector, Pipeline, PipelineTrigger, WebhookDelivery, DomainEvent, Document,
-             CreditAccount, TokenUsage, PageChange, PageState]
+    owned = [
+        ApiToken,
+        Folder,
+        Connector,
+        Pipeline,
+        PipelineTrigger,
+        WebhookDelivery,
+        DomainEvent,
+        Document,
+        CreditAccount,
+        TokenUsage,
+        PageChange,
+        PageState,
+    ]
     with sessions() as session:
         for model in owned:
             left = session.scalar(sa.select(sa.func.count()).select_from(model).where(model.workspace_id == ws))
             assert left == 0, model.__tablename__
         assert session.get(CreditLedgerEntry, entry.id) is None
     # Every table but the lock leases (not workspace data) is covered above.
-    assert {m.__tablename__ for m in owned} | {"credit_ledger", "workspaces", "lock_leases"} == set(Base.metadata.tables)
+    assert {m.__tablename__ for m in owned} | {"credit_ledger", "workspaces", "lock_leases"} == set(
+        Base.metadata.tables
+    )
 
 
 def test_a_deleted_rows_id_is_never_reused(sessions, pipeline):

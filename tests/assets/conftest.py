@@ -71,16 +71,32 @@ class Stack:
             self.web.route(f"{prefix}{n}", page(f"Page {n}", f"Paragraph about topic {n}.\n\nMore on {n}."))
         return [self.web.url(f"{prefix}{n}") for n in range(pages)]
 
-    def pipeline(self, urls: list[str], *, save_to_kb: bool = True, folder: str | None = "Docs",
-                 enabled: bool = True, credit: int | None = None) -> tuple[int, int]:
+    def pipeline(
+        self,
+        urls: list[str],
+        *,
+        save_to_kb: bool = True,
+        folder: str | None = "Docs",
+        enabled: bool = True,
+        credit: int | None = None,
+    ) -> tuple[int, int]:
         """A new workspace with a webcrawler connector and a pipeline over it: (workspace id, pipeline id)."""
         with transaction(self.sessions) as session:
-            workspace = catalog.create_workspace(session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}").workspace
-            connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
-                                                 urls=urls)
+            workspace = catalog.create_workspace(
+                session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}"
+            ).workspace
+            connector = catalog.create_connector(
+                session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls
+            )
             pipeline = services.create_pipeline(
-                session, self.instance, workspace_id=workspace.id, connector_id=connector.id,
-                name="p", save_to_kb=save_to_kb, folder_name=folder, enabled=enabled,
+                session,
+                self.instance,
+                workspace_id=workspace.id,
+                connector_id=connector.id,
+                name="p",
+                save_to_kb=save_to_kb,
+                folder_name=folder,
+                enabled=enabled,
             )
             ids = workspace.id, pipeline.id
         if credit:
@@ -89,8 +105,9 @@ class Stack:
             Billing(self.sessions, enabled=True, micros_per_crawl=self.micros_per_crawl).grant(ids[0], credit)
         return ids
 
-    def run(self, pipeline_id: int, workspace_id: int, *, assets: list | None = None,
-            trigger: str = "manual") -> dg.ExecuteInProcessResult:
+    def run(
+        self, pipeline_id: int, workspace_id: int, *, assets: list | None = None, trigger: str = "manual"
+    ) -> dg.ExecuteInProcessResult:
         return dg.materialize(
             assets or [crawl_results, kb_documents],
             partition_key=str(pipeline_id),
@@ -102,27 +119,32 @@ class Stack:
 
     def documents(self, workspace_id: int) -> list[Document]:
         with self.sessions() as session:
-            return list(session.scalars(sa.select(Document).where(Document.workspace_id == workspace_id)
-                                        .order_by(Document.url)))
+            return list(
+                session.scalars(sa.select(Document).where(Document.workspace_id == workspace_id).order_by(Document.url))
+            )
 
     def charges(self, workspace_id: int) -> tuple[int, int]:
         """(charge ledger rows, web_crawl usage rows) of a workspace."""
         from pipelines_dagster.app_db.models import CreditAccount
 
         with self.sessions() as session:
-            ledger = session.scalar(sa.select(sa.func.count()).select_from(CreditLedgerEntry).join(CreditAccount)
-                                    .where(CreditAccount.workspace_id == workspace_id,
-                                           CreditLedgerEntry.kind == "charge"))
-            usage = session.scalar(sa.select(sa.func.count()).select_from(TokenUsage)
-                                   .where(TokenUsage.workspace_id == workspace_id,
-                                          TokenUsage.usage_type == "web_crawl"))
+            ledger = session.scalar(
+                sa.select(sa.func.count())
+                .select_from(CreditLedgerEntry)
+                .join(CreditAccount)
+                .where(CreditAccount.workspace_id == workspace_id, CreditLedgerEntry.kind == "charge")
+            )
+            usage = session.scalar(
+                sa.select(sa.func.count())
+                .select_from(TokenUsage)
+                .where(TokenUsage.workspace_id == workspace_id, TokenUsage.usage_type == "web_crawl")
+            )
             return ledger, usage
 
 
 def materialization(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
     """The metadata of the asset's one materialization in the run, whichever step logged it."""
-    events = [event for event in result.get_asset_materialization_events()
-              if event.asset_key == dg.AssetKey(asset)]
+    events = [event for event in result.get_asset_materialization_events() if event.asset_key == dg.AssetKey(asset)]
     assert len(events) == 1, f"{asset} materialized {len(events)} times"
     return {key: value.value for key, value in events[0].materialization.metadata.items()}
 

@@ -36,8 +36,10 @@ def test_a_backfill_over_three_partitions_reindexes_without_crawling_or_charging
             partition_key=str(pipeline_id),
             instance=embedded.instance,
             resources=embedded.resources(),
-            tags={**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
-                  "dagster/backfill": backfill_id},
+            tags={
+                **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
+                "dagster/backfill": backfill_id,
+            },
         )
         for workspace_id, pipeline_id in pipelines
     ]

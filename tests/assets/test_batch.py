@@ -15,7 +15,9 @@ from tests.assets.conftest import Stack, fail_once_after_the_charge, set_pipelin
 def run_batch(stack: Stack, members: list[tuple[int, int]]) -> dg.ExecuteInProcessResult:
     """pipeline_batch over (workspace id, pipeline id) pairs, as the schedule sensor would request it."""
     config = PipelineBatchConfig(
-        pipelines=[BatchPipeline(pipeline_id=pipeline_id, workspace_id=workspace_id) for workspace_id, pipeline_id in members]
+        pipelines=[
+            BatchPipeline(pipeline_id=pipeline_id, workspace_id=workspace_id) for workspace_id, pipeline_id in members
+        ]
     )
     return pipeline_batch.execute_in_process(
         run_config=dg.RunConfig(ops={OP_NAME: config}),
@@ -68,8 +70,9 @@ def test_each_pipeline_of_a_batch_gets_its_own_partitions_checks_and_charge(stac
     for (workspace_id, pipeline_id), pages, save_to_kb in ((kb_a, 2, True), (raw, 3, False), (kb_b, 1, True)):
         events = partition_events(result, pipeline_id)
         assets = materialized(events)
-        assert set(assets) == ({"crawl_results", "kb_documents", "page_changes"} if save_to_kb
-                               else {"crawl_results", "page_changes"})
+        assert set(assets) == (
+            {"crawl_results", "kb_documents", "page_changes"} if save_to_kb else {"crawl_results", "page_changes"}
+        )
         crawl = assets["crawl_results"]
         assert (crawl["pipeline_id"], crawl["urls_attempted"], crawl["urls_succeeded"]) == (pipeline_id, pages, pages)
         assert crawl["blob_key"].endswith(f"/{pipeline_id}/{result.run_id}/result.jsonl")
@@ -82,9 +85,13 @@ def test_each_pipeline_of_a_batch_gets_its_own_partitions_checks_and_charge(stac
             expected_checks["kb_documents_have_content"] = True
         assert checks(events) == expected_checks
         assert "ASSET_OBSERVATION" not in events
-        assert len([d for d in stack.documents(workspace_id) if d.status_state == "ready"]) == (pages if save_to_kb else 0)
+        assert len([d for d in stack.documents(workspace_id) if d.status_state == "ready"]) == (
+            pages if save_to_kb else 0
+        )
         assert stack.charges(workspace_id) == (1, 1)
-        assert Billing(stack.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 10_000 - pages * 1000
+        assert (
+            Billing(stack.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 10_000 - pages * 1000
+        )
         assert not stack.locks.is_locked(pipeline_lock_name(pipeline_id))
     # The instance's partition records are each pipeline's own, as after pipeline_run.
     records = stack.instance.fetch_materializations(
@@ -104,7 +111,11 @@ def test_a_failing_pipeline_fails_alone_and_the_run_names_it(stack: Stack):
     description = failure.step_failure_data.user_failure_data.description
     assert description.startswith(f"1 of 3 pipelines failed: {broke[1]};")
     for workspace_id, pipeline_id in (first, last):
-        assert set(materialized(partition_events(result, pipeline_id))) == {"crawl_results", "kb_documents", "page_changes"}
+        assert set(materialized(partition_events(result, pipeline_id))) == {
+            "crawl_results",
+            "kb_documents",
+            "page_changes",
+        }
         assert stack.charges(workspace_id) == (1, 1)
     events = partition_events(result, broke[1])
     assert "ASSET_MATERIALIZATION" not in events and "ASSET_CHECK_EVALUATION" not in events

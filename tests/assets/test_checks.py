@@ -20,19 +20,23 @@ from pipelines_dagster.runs import run_tags
 from tests.assets.conftest import Stack, materialization
 
 
-def run_checks(stack: Stack, workspace_id: int, pipeline_id: int, *, only: list | None = None,
-               run_config: dict | None = None) -> dict[str, dg.AssetCheckEvaluation]:
+def run_checks(
+    stack: Stack, workspace_id: int, pipeline_id: int, *, only: list | None = None, run_config: dict | None = None
+) -> dict[str, dg.AssetCheckEvaluation]:
     """Crawl and index with every check, or run just the checks in `only` over what is stored."""
     selection = dg.AssetSelection.checks(*only) if only else dg.AssetSelection.all(include_sources=False)
     job = dg.define_asset_job("checks", selection=selection, partitions_def=pipelines_partitions)
-    defs = dg.Definitions(assets=[crawl_results, kb_documents], asset_checks=asset_checks, jobs=[job],
-                          resources=stack.resources())
+    defs = dg.Definitions(
+        assets=[crawl_results, kb_documents], asset_checks=asset_checks, jobs=[job], resources=stack.resources()
+    )
     # A checks-only selection has no asset to take the partitions from, so the partition goes in as
     # the tag the UI's launchpad sets.
     result = defs.resolve_job_def("checks").execute_in_process(
         instance=stack.instance,
-        tags={**run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
-              "dagster/partition": str(pipeline_id)},
+        tags={
+            **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
+            "dagster/partition": str(pipeline_id),
+        },
         run_config=run_config,
     )
     assert result.success
@@ -43,7 +47,10 @@ def test_every_check_passes_on_a_good_crawl(stack: Stack):
     workspace_id, pipeline_id = stack.pipeline(stack.site(3))
     checks = run_checks(stack, workspace_id, pipeline_id)
     assert {name: check.passed for name, check in checks.items()} == {
-        "crawl_success_ratio": True, "crawl_blob_readable": True, "kb_documents_have_content": True}
+        "crawl_success_ratio": True,
+        "crawl_blob_readable": True,
+        "kb_documents_have_content": True,
+    }
     assert checks["crawl_success_ratio"].metadata["success_ratio"].value == 1.0
     assert checks["crawl_blob_readable"].description.endswith("holds 3 records")
     assert checks["kb_documents_have_content"].metadata["documents_ready"].value == 3
@@ -55,9 +62,13 @@ def test_a_low_success_ratio_warns_and_a_pipeline_may_lower_its_threshold(embedd
     ratio = run_checks(embedded, workspace_id, pipeline_id)["crawl_success_ratio"]
     assert not ratio.passed and ratio.severity == dg.AssetCheckSeverity.WARN
     assert ratio.description == "1 of 3 URLs succeeded (33%); the threshold is 80%"
-    stricter = run_checks(embedded, workspace_id, pipeline_id, only=[crawl_success_ratio],
-                          run_config={"ops": {"crawl_results_crawl_success_ratio": {
-                              "config": {"min_success_ratio": 0.3}}}})
+    stricter = run_checks(
+        embedded,
+        workspace_id,
+        pipeline_id,
+        only=[crawl_success_ratio],
+        run_config={"ops": {"crawl_results_crawl_success_ratio": {"config": {"min_success_ratio": 0.3}}}},
+    )
     assert stricter["crawl_success_ratio"].passed
     with transaction(embedded.sessions) as session:
         session.get(Pipeline, pipeline_id).config = {"MIN_SUCCESS_RATIO": 0.25}
@@ -87,7 +98,8 @@ def test_a_ready_document_without_content_fails(embedded: Stack):
         session.execute(sa.update(Document).where(Document.url == urls[1]).values(content="  \n"))
     before = [(d.url, d.content, d.status_state) for d in embedded.documents(workspace_id)]
     check = run_checks(embedded, workspace_id, pipeline_id, only=[kb_documents_have_content])[
-        "kb_documents_have_content"]
+        "kb_documents_have_content"
+    ]
     assert not check.passed and check.description == "1 of 3 ready documents have no content"
     assert urls[1] in check.metadata["empty_urls"].value
     assert [(d.url, d.content, d.status_state) for d in embedded.documents(workspace_id)] == before
@@ -96,5 +108,4 @@ def test_a_ready_document_without_content_fails(embedded: Stack):
 def test_checks_before_any_crawl_fail_with_what_to_do(embedded: Stack):
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
     checks = run_checks(embedded, workspace_id, pipeline_id, only=[crawl_success_ratio, crawl_blob_readable])
-    assert all(not check.passed and "materialize crawl_results first" in check.description
-               for check in checks.values())
+    assert all(not check.passed and "materialize crawl_results first" in check.description for check in checks.values())

@@ -35,14 +35,20 @@ def launch(stack: Stack, pipeline_id: int, selection: list[dg.AssetsDefinition])
 def steps_of(result: dg.ExecuteInProcessResult) -> dict[str, str]:
     """Which step logged each asset's materialization and each check's evaluation."""
     logged = {event.asset_key.to_user_string(): event.step_key for event in result.get_asset_materialization_events()}
-    return logged | {event.asset_check_evaluation_data.check_name: event.step_key for event in result.all_events
-                     if event.event_type_value == "ASSET_CHECK_EVALUATION"}
+    return logged | {
+        event.asset_check_evaluation_data.check_name: event.step_key
+        for event in result.all_events
+        if event.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
 
 
 def page_change_rows(stack: Stack, pipeline_id: int) -> list[tuple[str, str]]:
     with stack.sessions() as session:
-        return sorted(session.execute(sa.select(PageChange.url, PageChange.status).where(
-            PageChange.pipeline_id == pipeline_id)).all())
+        return sorted(
+            session.execute(
+                sa.select(PageChange.url, PageChange.status).where(PageChange.pipeline_id == pipeline_id)
+            ).all()
+        )
 
 
 def test_the_steps_a_run_executes(embedded: Stack):
@@ -62,7 +68,9 @@ def test_crawl_results_alone_indexes_and_records_changes_in_its_step_and_charges
     result = launch(embedded, pipeline_id, [crawl_results])
     assert result.success
     assert steps_of(result) == {
-        "crawl_results": "crawl_results", "kb_documents": "crawl_results", "page_changes": "crawl_results",
+        "crawl_results": "crawl_results",
+        "kb_documents": "crawl_results",
+        "page_changes": "crawl_results",
         "kb_documents_have_content": "crawl_results",
         "crawl_success_ratio": "crawl_results_crawl_success_ratio",
         "crawl_blob_readable": "crawl_results_crawl_blob_readable",
@@ -75,7 +83,10 @@ def test_crawl_results_alone_indexes_and_records_changes_in_its_step_and_charges
     assert embedded.charges(workspace_id) == (1, 1)
     tags = embedded.instance.get_run_by_id(result.run_id).tags
     assert (tags["pipeline_id"], tags["workspace_id"], tags["trigger"]) == (
-        str(pipeline_id), str(workspace_id), "manual")
+        str(pipeline_id),
+        str(workspace_id),
+        "manual",
+    )
 
 
 def test_the_whole_graph_leaves_indexing_and_changes_to_their_own_steps(embedded: Stack):
@@ -84,7 +95,10 @@ def test_the_whole_graph_leaves_indexing_and_changes_to_their_own_steps(embedded
     assert result.success
     logged = steps_of(result)
     assert (logged["kb_documents"], logged["page_changes"], logged["kb_documents_have_content"]) == (
-        "kb_documents", "page_changes", "kb_documents_kb_documents_have_content")
+        "kb_documents",
+        "page_changes",
+        "kb_documents_kb_documents_have_content",
+    )
     assert len(embedded.documents(workspace_id)) == 2 and len(page_change_rows(embedded, pipeline_id)) == 2
 
 
@@ -93,7 +107,9 @@ def test_a_raw_pipeline_crawled_alone_records_changes_and_writes_no_documents(em
     result = launch(embedded, pipeline_id, [crawl_results])
     assert result.success
     assert {event.asset_key.to_user_string() for event in result.get_asset_materialization_events()} == {
-        "crawl_results", "page_changes"}
+        "crawl_results",
+        "page_changes",
+    }
     assert embedded.documents(workspace_id) == [] and len(page_change_rows(embedded, pipeline_id)) == 2
 
 
@@ -116,6 +132,9 @@ def test_indexing_that_fails_after_the_crawl_fails_the_run_without_crawling_agai
     assert embedded.web.hits("/p0") == embedded.web.hits("/p1") == 1
     assert materialization(result, "crawl_results")["urls_succeeded"] == 2
     assert len(page_change_rows(embedded, pipeline_id)) == 2
-    [observation] = [event.asset_observation_data.asset_observation for event in result.all_events
-                     if event.event_type_value == "ASSET_OBSERVATION"]
+    [observation] = [
+        event.asset_observation_data.asset_observation
+        for event in result.all_events
+        if event.event_type_value == "ASSET_OBSERVATION"
+    ]
     assert observation.asset_key == kb_documents.key and "locked" in observation.metadata[ERROR].value

@@ -24,8 +24,9 @@ def set_urls(stack: Stack, pipeline_id: int, urls: list[str]) -> None:
 
 def rows(stack: Stack, pipeline_id: int) -> list[PageChange]:
     with stack.sessions() as session:
-        return list(session.scalars(sa.select(PageChange).where(PageChange.pipeline_id == pipeline_id)
-                                    .order_by(PageChange.id)))
+        return list(
+            session.scalars(sa.select(PageChange).where(PageChange.pipeline_id == pipeline_id).order_by(PageChange.id))
+        )
 
 
 def counts(result) -> tuple[int, int, int, int]:
@@ -50,7 +51,11 @@ def test_edits_additions_and_removals_between_two_crawls(stack: Stack):
 
     timeline = rows(stack, pipeline_id)[4:]
     assert {(r.url, r.status) for r in timeline} == {
-        (urls[1], "changed"), (urls[3], "removed"), (stack.web.url("/p4"), "new"), (urls[2], "removed")}
+        (urls[1], "changed"),
+        (urls[3], "removed"),
+        (stack.web.url("/p4"), "new"),
+        (urls[2], "removed"),
+    }
     assert {r.run_id for r in timeline} == {second.run_id}
     changed = next(r for r in timeline if r.status == "changed")
     assert "-More on 1." in changed.diff and "+Rewritten conclusion." in changed.diff

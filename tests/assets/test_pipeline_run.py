@@ -12,9 +12,9 @@ from dagster._core.definitions.reconstruct import ReconstructableJob, Reconstruc
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
+from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
-from pipelines_dagster.assets.kb_documents import kb_documents
 from tests.assets.conftest import Stack, fail_once_after_the_charge, failure_message, materialization, set_pipeline
 from tests.support.web import page
 
@@ -95,8 +95,9 @@ def test_a_retried_step_charges_once(embedded: Stack, monkeypatch):
     assert embedded.charges(workspace_id) == (1, 1)
 
 
-def assert_refused(stack: Stack, workspace_id: int, pipeline_id: int, message: str, *,
-                   ours_to_free: bool = True) -> None:
+def assert_refused(
+    stack: Stack, workspace_id: int, pipeline_id: int, message: str, *, ours_to_free: bool = True
+) -> None:
     result = stack.run(pipeline_id, workspace_id)
     assert not result.success
     assert message in failure_message(result)
@@ -133,8 +134,12 @@ def test_a_connector_type_that_became_ineligible_fails_the_run_cleanly(embedded:
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
     # A deploy after the pipeline was created moved its connector type to a new implementation.
     monkeypatch.setitem(connector_types.PIPELINE_AVAILABILITY, "webcrawler", connector_types.Availability.MIGRATING)
-    assert_refused(embedded, workspace_id, pipeline_id,
-                   "connector type webcrawler is migrating and is not eligible for pipelines any more")
+    assert_refused(
+        embedded,
+        workspace_id,
+        pipeline_id,
+        "connector type webcrawler is migrating and is not eligible for pipelines any more",
+    )
 
 
 def test_no_urls_is_refused(embedded: Stack):
@@ -148,8 +153,9 @@ def test_no_urls_is_refused(embedded: Stack):
 def test_a_second_run_while_one_holds_the_lock_fails_already_in_progress(stack: Stack):
     workspace_id, pipeline_id = stack.pipeline(stack.site(1))
     stack.locks.acquire(pipeline_lock_name(pipeline_id), "another-run", ttl_seconds=60)
-    assert_refused(stack, workspace_id, pipeline_id, "a run for this pipeline is already in progress",
-                   ours_to_free=False)
+    assert_refused(
+        stack, workspace_id, pipeline_id, "a run for this pipeline is already in progress", ours_to_free=False
+    )
     assert stack.locks.owner_of(pipeline_lock_name(pipeline_id)) == "another-run"
 
 
@@ -164,8 +170,9 @@ def test_locks_left_by_a_run_whose_process_died_are_taken_over_once_dagster_ends
     for name in names:
         stack.locks.acquire(name, dead.run_id, ttl_seconds=600)
     # While Dagster still has it running, its locks are its own.
-    assert_refused(stack, workspace_id, pipeline_id, "a run for this pipeline is already in progress",
-                   ours_to_free=False)
+    assert_refused(
+        stack, workspace_id, pipeline_id, "a run for this pipeline is already in progress", ours_to_free=False
+    )
     stack.instance.report_run_failed(dead)
     assert stack.run(pipeline_id, workspace_id).success
     assert [stack.locks.owner_of(name) for name in names] == [None, None]
@@ -246,10 +253,14 @@ def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tm
         assert again.success
         assert again.dagster_run.root_run_id == first.run_id
         # The re-executed crawl step indexes and records changes itself: the run plans no other step.
-        logged = {(event.asset_key.to_user_string(), event.step_key)
-                  for event in again.get_asset_materialization_events()}
-        assert logged == {("crawl_results", "crawl_results"), ("kb_documents", "crawl_results"),
-                          ("page_changes", "crawl_results")}
+        logged = {
+            (event.asset_key.to_user_string(), event.step_key) for event in again.get_asset_materialization_events()
+        }
+        assert logged == {
+            ("crawl_results", "crawl_results"),
+            ("kb_documents", "crawl_results"),
+            ("page_changes", "crawl_results"),
+        }
     # Both runs really crawled; only the first charged.
     assert embedded.web.hits("/p0") == embedded.web.hits("/p1") == 2
     assert Billing(embedded.sessions, enabled=True, micros_per_crawl=1000).balance(workspace_id) == 8000
@@ -261,19 +272,25 @@ def test_faulty_pages_fail_alone_and_the_run_succeeds(embedded: Stack):
     from tests.support.web import Reply, redirect
 
     web = embedded.web
-    embedded.crawler = CrawlerResource(allowed_networks=["127.0.0.1/32"], max_attempts=2, total_timeout=1,
-                                       max_body_bytes=50_000)
+    embedded.crawler = CrawlerResource(
+        allowed_networks=["127.0.0.1/32"], max_attempts=2, total_timeout=1, max_body_bytes=50_000
+    )
     web.route("/flaky", Reply(status=500, body="oops"), page("Flaky", "Works the second time."))
-    web.route("/busy", Reply(status=429, body="slow down", headers={"Retry-After": "1"}),
-              page("Busy", "Worth the wait."))
+    web.route(
+        "/busy", Reply(status=429, body="slow down", headers={"Retry-After": "1"}), page("Busy", "Worth the wait.")
+    )
     web.route("/slow", page("Slow", "Too late.", delay=3))
     web.route("/huge", page("Huge", "x" * 200_000))
     web.route("/loop", redirect("/loop"))
     web.route("/logo.png", Reply(body=b"\x89PNG....", content_type="image/png"))
-    web.route("/latin", Reply(body=b"<html><head><title>Caf\xe9</title></head><body><article><h1>Caf\xe9</h1>"
-                                   b"<p>" + b"Menu du jour \xff\xfe with enough words to extract. " * 20
-                                   + b"</p></article></body></html>",
-                              content_type="text/html; charset=utf-8"))
+    web.route(
+        "/latin",
+        Reply(
+            body=b"<html><head><title>Caf\xe9</title></head><body><article><h1>Caf\xe9</h1>"
+            b"<p>" + b"Menu du jour \xff\xfe with enough words to extract. " * 20 + b"</p></article></body></html>",
+            content_type="text/html; charset=utf-8",
+        ),
+    )
     names = ["flaky", "busy", "slow", "huge", "loop", "logo.png", "latin"]
     workspace_id, pipeline_id = embedded.pipeline([web.url(f"/{name}") for name in names])
     result = embedded.run(pipeline_id, workspace_id)
@@ -281,8 +298,13 @@ def test_faulty_pages_fail_alone_and_the_run_succeeds(embedded: Stack):
     crawl = materialization(result, "crawl_results")
     records = {r["url"].rsplit("/", 1)[1]: r for r in embedded.blob.read_jsonl(crawl["blob_key"])}
     assert {n: records[n]["status"] for n in names} == {
-        "flaky": "success", "busy": "success", "slow": "failed", "huge": "failed",
-        "loop": "failed", "logo.png": "failed", "latin": "success",
+        "flaky": "success",
+        "busy": "success",
+        "slow": "failed",
+        "huge": "failed",
+        "loop": "failed",
+        "logo.png": "failed",
+        "latin": "success",
     }
     assert records["flaky"]["attempts"] == 2 and records["busy"]["elapsed_seconds"] >= 0.9
     assert records["slow"]["error"].startswith("timed out")
@@ -309,15 +331,20 @@ def always_failing_crawl(monkeypatch) -> list[int]:
 
 
 def retry_waits(result: dg.ExecuteInProcessResult) -> list[float]:
-    return [event.event_specific_data.seconds_to_wait for event in result.all_events
-            if event.event_type_value == "STEP_UP_FOR_RETRY"]
+    return [
+        event.event_specific_data.seconds_to_wait
+        for event in result.all_events
+        if event.event_type_value == "STEP_UP_FOR_RETRY"
+    ]
 
 
 @pytest.mark.parametrize(
     ("backoff", "max_retries", "waits"),
     [("linear", 3, [0.05, 0.1, 0.15]), ("exponential", 3, [0.05, 0.1, 0.2]), ("linear", 0, [])],
 )
-def test_the_crawl_step_retries_under_the_pipelines_own_policy(embedded: Stack, monkeypatch, backoff, max_retries, waits):
+def test_the_crawl_step_retries_under_the_pipelines_own_policy(
+    embedded: Stack, monkeypatch, backoff, max_retries, waits
+):
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
     set_pipeline(embedded, pipeline_id, retry_backoff=backoff, retry_max=max_retries, retry_delay_seconds=0.05)
     attempts = always_failing_crawl(monkeypatch)

@@ -21,8 +21,12 @@ def connector_with_own_indexing(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
         workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
         connector = catalog.create_connector(
-            session, workspace_id=workspace.id, connector_type="webcrawler",
-            urls=["https://example.com/"], index_every_minutes=30, now=NOW,
+            session,
+            workspace_id=workspace.id,
+            connector_type="webcrawler",
+            urls=["https://example.com/"],
+            index_every_minutes=30,
+            now=NOW,
         )
         return workspace.id, connector.id
 
@@ -30,7 +34,8 @@ def connector_with_own_indexing(sessions) -> tuple[int, int]:
 def own_schedule(sessions, connector_id: int) -> tuple[PipelineTrigger, Connector]:
     with sessions() as session:
         trigger = session.scalars(
-            sa.select(PipelineTrigger).join(Pipeline)
+            sa.select(PipelineTrigger)
+            .join(Pipeline)
             .where(Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True))
         ).one()
         return trigger, session.get(Connector, connector_id)
@@ -45,8 +50,9 @@ def user_pipeline(sessions, workspace_id: int, connector_id: int, name: str) -> 
 
 def set_enabled(sessions, workspace_id: int, pipeline_id: int, enabled: bool, now: datetime = NOW) -> None:
     with transaction(sessions) as session:
-        catalog.set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id,
-                                     enabled=enabled, now=now)
+        catalog.set_pipeline_enabled(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled, now=now
+        )
 
 
 def test_a_connector_with_periodic_indexing_gets_a_system_pipeline_into_the_kb_root(sessions):
@@ -71,8 +77,9 @@ def test_creating_a_user_pipeline_turns_the_connectors_own_schedule_off(sessions
 def test_a_disabled_user_pipeline_does_not_take_over(sessions):
     workspace_id, connector_id = connector_with_own_indexing(sessions)
     with transaction(sessions) as session:
-        catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=connector_id, name="off",
-                                enabled=False)
+        catalog.create_pipeline(
+            session, workspace_id=workspace_id, connector_id=connector_id, name="off", enabled=False
+        )
     assert own_schedule(sessions, connector_id)[0].enabled
 
 
@@ -97,7 +104,8 @@ def test_a_schedule_switched_off_for_another_reason_is_not_revived(sessions):
     workspace_id, connector_id = connector_with_own_indexing(sessions)
     with transaction(sessions) as session:
         trigger = session.scalars(
-            sa.select(PipelineTrigger).join(Pipeline)
+            sa.select(PipelineTrigger)
+            .join(Pipeline)
             .where(Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True))
         ).one()
         trigger.enabled, trigger.disabled_reason = False, "turned off by the operator"
@@ -110,14 +118,16 @@ def test_a_schedule_switched_off_for_another_reason_is_not_revived(sessions):
 def test_a_connector_without_periodic_indexing_is_untouched(sessions):
     with transaction(sessions) as session:
         workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
-                                             urls=["https://example.com/"])
+        connector = catalog.create_connector(
+            session, workspace_id=workspace.id, connector_type="webcrawler", urls=["https://example.com/"]
+        )
         ids = workspace.id, connector.id
     pipeline_id = user_pipeline(sessions, *ids, "mine")
     set_enabled(sessions, ids[0], pipeline_id, False)
     with sessions() as session:
-        assert session.scalar(sa.select(sa.func.count()).select_from(Pipeline)
-                              .where(Pipeline.connector_id == ids[1])) == 1
+        assert (
+            session.scalar(sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.connector_id == ids[1])) == 1
+        )
         assert session.get(Connector, ids[1]).periodic_indexing_enabled is False
 
 
@@ -128,7 +138,9 @@ def test_a_pipeline_over_an_ineligible_connector_type_is_refused_and_nothing_is_
     workspace_id, connector_id = connector_with_own_indexing(sessions)
     monkeypatch.setitem(connector_types.PIPELINE_AVAILABILITY, "webcrawler", connector_types.Availability.MIGRATING)
     with sessions() as session:
-        before = session.scalar(sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.workspace_id == workspace_id))
+        before = session.scalar(
+            sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.workspace_id == workspace_id)
+        )
     try:
         user_pipeline(sessions, workspace_id, connector_id, "docs")
     except InvalidInputError as refused:
@@ -139,12 +151,16 @@ def test_a_pipeline_over_an_ineligible_connector_type_is_refused_and_nothing_is_
     trigger, connector = own_schedule(sessions, connector_id)
     assert trigger.enabled and connector.periodic_indexing_enabled
     with sessions() as session:
-        assert session.scalar(
-            sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.workspace_id == workspace_id)
-        ) == before
+        assert (
+            session.scalar(
+                sa.select(sa.func.count()).select_from(Pipeline).where(Pipeline.workspace_id == workspace_id)
+            )
+            == before
+        )
 
 
 # Pipeline editing: the rules the CLI and the API share.
+
 
 def snapshot(sessions, pipeline_id: int) -> dict:
     """What a pipeline says about itself, with its schedule's columns."""
@@ -152,8 +168,11 @@ def snapshot(sessions, pipeline_id: int) -> dict:
         pipeline = session.get(Pipeline, pipeline_id)
         trigger = catalog.schedule_triggers(session, [pipeline_id]).get(pipeline_id)
         return {
-            "name": pipeline.name, "save_to_kb": pipeline.save_to_kb, "enabled": pipeline.enabled,
-            "folder_id": pipeline.destination_folder_id, "urls": catalog.initial_urls(pipeline),
+            "name": pipeline.name,
+            "save_to_kb": pipeline.save_to_kb,
+            "enabled": pipeline.enabled,
+            "folder_id": pipeline.destination_folder_id,
+            "urls": catalog.initial_urls(pipeline),
             "retry": RetryPolicy.of(pipeline),
             "schedule": None if trigger is None else (ScheduleSpec.of(trigger), trigger.next_fire_at),
         }
@@ -161,8 +180,13 @@ def snapshot(sessions, pipeline_id: int) -> dict:
 
 def update(sessions, workspace_id: int, pipeline_id: int, now: datetime = NOW, **changes) -> None:
     with transaction(sessions) as session:
-        catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id,
-                                changes=catalog.PipelineChanges(**changes), now=now)
+        catalog.update_pipeline(
+            session,
+            workspace_id=workspace_id,
+            pipeline_id=pipeline_id,
+            changes=catalog.PipelineChanges(**changes),
+            now=now,
+        )
 
 
 def refused(sessions, workspace_id: int, pipeline_id: int, **changes) -> InvalidInputError:
@@ -177,8 +201,9 @@ def refused(sessions, workspace_id: int, pipeline_id: int, **changes) -> Invalid
 def workspace_and_connector(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
         workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
-                                             urls=["https://example.com/"])
+        connector = catalog.create_connector(
+            session, workspace_id=workspace.id, connector_type="webcrawler", urls=["https://example.com/"]
+        )
         return workspace.id, connector.id
 
 
@@ -188,13 +213,23 @@ def test_create_takes_a_folder_id_urls_a_schedule_and_a_retry_policy(sessions, w
     with transaction(sessions) as session:
         folder_id = catalog.get_or_create_folder(session, workspace_id=workspace_id, name="Docs").id
         pipeline_id = catalog.create_pipeline(
-            session, workspace_id=workspace_id, connector_id=connector_id, name="docs", folder_id=folder_id,
-            urls=["https://example.com/a", "https://example.com/a"], schedule=ScheduleSpec(every_minutes=15),
-            retry=policy, now=NOW,
+            session,
+            workspace_id=workspace_id,
+            connector_id=connector_id,
+            name="docs",
+            folder_id=folder_id,
+            urls=["https://example.com/a", "https://example.com/a"],
+            schedule=ScheduleSpec(every_minutes=15),
+            retry=policy,
+            now=NOW,
         ).id
     assert snapshot(sessions, pipeline_id) == {
-        "name": "docs", "save_to_kb": True, "enabled": True, "folder_id": folder_id,
-        "urls": ["https://example.com/a"], "retry": policy,
+        "name": "docs",
+        "save_to_kb": True,
+        "enabled": True,
+        "folder_id": folder_id,
+        "urls": ["https://example.com/a"],
+        "retry": policy,
         "schedule": (ScheduleSpec(every_minutes=15), NOW + timedelta(minutes=15)),
     }
 
@@ -203,8 +238,14 @@ def test_update_changes_only_what_is_given_and_none_clears(sessions, workspace_a
     workspace_id, connector_id = workspace_and_connector
     with transaction(sessions) as session:
         pipeline_id = catalog.create_pipeline(
-            session, workspace_id=workspace_id, connector_id=connector_id, name="docs", folder_name="Docs",
-            urls=["https://example.com/a"], schedule=ScheduleSpec(cron="0 6 * * *", timezone="UTC"), now=NOW,
+            session,
+            workspace_id=workspace_id,
+            connector_id=connector_id,
+            name="docs",
+            folder_name="Docs",
+            urls=["https://example.com/a"],
+            schedule=ScheduleSpec(cron="0 6 * * *", timezone="UTC"),
+            now=NOW,
         ).id
     created = snapshot(sessions, pipeline_id)
     update(sessions, workspace_id, pipeline_id, name="renamed")
@@ -213,14 +254,24 @@ def test_update_changes_only_what_is_given_and_none_clears(sessions, workspace_a
     # Re-saving the same schedule (spelled differently) keeps its next fire time; a new one moves it.
     update(sessions, workspace_id, pipeline_id, later, schedule=ScheduleSpec(cron="0  6 * * *", timezone="UTC"))
     assert snapshot(sessions, pipeline_id)["schedule"] == created["schedule"]
-    update(sessions, workspace_id, pipeline_id, later, schedule=ScheduleSpec(every_minutes=10),
-           retry=validate_retry_policy(max_retries=0))
+    update(
+        sessions,
+        workspace_id,
+        pipeline_id,
+        later,
+        schedule=ScheduleSpec(every_minutes=10),
+        retry=validate_retry_policy(max_retries=0),
+    )
     changed = snapshot(sessions, pipeline_id)
     assert changed["schedule"] == (ScheduleSpec(every_minutes=10), later + timedelta(minutes=10))
     assert changed["retry"].max_retries == 0
     update(sessions, workspace_id, pipeline_id, folder=None, urls=None, schedule=None, save_to_kb=False)
     assert snapshot(sessions, pipeline_id) == {
-        **changed, "folder_id": None, "urls": None, "schedule": None, "save_to_kb": False
+        **changed,
+        "folder_id": None,
+        "urls": None,
+        "schedule": None,
+        "save_to_kb": False,
     }
     update(sessions, workspace_id, pipeline_id, folder="Docs")
     assert snapshot(sessions, pipeline_id)["folder_id"] == created["folder_id"]
@@ -264,7 +315,8 @@ def test_a_connector_of_another_workspace_is_invalid_input_on_connector_id(sessi
     with pytest.raises(InvalidInputError) as caught, transaction(sessions) as session:
         catalog.create_pipeline(session, workspace_id=other, connector_id=connector_id, name="steal")
     assert (caught.value.field, caught.value.message) == (
-        "connector_id", f"connector {connector_id} is not in workspace {other}"
+        "connector_id",
+        f"connector {connector_id} is not in workspace {other}",
     )
 
 
@@ -273,10 +325,12 @@ def test_the_connectors_own_indexing_pipeline_is_refused_by_every_edit(sessions)
     system_id = own_schedule(sessions, connector_id)[0].pipeline_id
     before = snapshot(sessions, system_id)
     for edit in (
-        lambda session: catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=system_id,
-                                                changes=catalog.PipelineChanges(name="mine")),
-        lambda session: catalog.set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=system_id,
-                                                     enabled=False),
+        lambda session: catalog.update_pipeline(
+            session, workspace_id=workspace_id, pipeline_id=system_id, changes=catalog.PipelineChanges(name="mine")
+        ),
+        lambda session: catalog.set_pipeline_enabled(
+            session, workspace_id=workspace_id, pipeline_id=system_id, enabled=False
+        ),
         lambda session: catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=system_id),
     ):
         with pytest.raises(catalog.SystemManagedError, match="periodic indexing"), transaction(sessions) as session:

@@ -192,9 +192,7 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry_after_seconds(None) is None
 
 
-def test_a_slow_server_times_out_and_the_crawl_goes_on(
-    web: WebServer, make_crawler: Callable[..., Crawler]
-) -> None:
+def test_a_slow_server_times_out_and_the_crawl_goes_on(web: WebServer, make_crawler: Callable[..., Crawler]) -> None:
     web.route("/slow", Reply(body="late", delay=5))
     web.route("/fine", page("Fine", ARTICLE))
     impatient = make_crawler(total_timeout=0.5, max_attempts=2)
@@ -418,7 +416,8 @@ def test_an_extraction_that_overruns_fails_its_url_with_the_reason(
     outcomes = by_path(hasty.crawl_all([web.url("/long"), web.url("/notes.txt")]))
     for outcome in outcomes.values():
         assert (outcome.status, outcome.error) == (
-            "failed", "text extraction took longer than 0.001 s; its worker was stopped"
+            "failed",
+            "text extraction took longer than 0.001 s; its worker was stopped",
         )
         assert outcome.http_status == 200
 

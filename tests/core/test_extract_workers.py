@@ -43,7 +43,7 @@ def extract(workers: ExtractionWorkers, body: bytes, media_type: str = "text/htm
 
 
 def test_a_worker_extracts_exactly_what_the_crawler_would_in_process(workers: ExtractionWorkers) -> None:
-    for body, media_type in ((PAGE, "text/html"), ("plain text, kept as it is\n".encode(), "text/plain")):
+    for body, media_type in ((PAGE, "text/html"), (b"plain text, kept as it is\n", "text/plain")):
         in_process = extract_page(body, media_type=media_type, charset="utf-8", url="https://docs.example.com/workers")
         assert extract(workers, body, media_type) == in_process
     assert extract(workers, PAGE).content_hash is not None

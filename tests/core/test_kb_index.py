@@ -66,9 +66,12 @@ def test_a_failed_page_keeps_its_last_good_content(sessions):
     destination = setup(sessions)
     index_crawl(sessions, destination, lambda: [page("https://e.com/a", "good")])
     stats = index_crawl(
-        sessions, destination,
-        lambda: [page("https://e.com/a", None, status="failed", error="HTTP 500"),
-                 page("https://e.com/new", None, status="empty", error="no text")],
+        sessions,
+        destination,
+        lambda: [
+            page("https://e.com/a", None, status="failed", error="HTTP 500"),
+            page("https://e.com/new", None, status="empty", error="no text"),
+        ],
     )
     assert (stats.created, stats.failed) == (0, 2)
     docs = documents(sessions, destination.workspace_id)

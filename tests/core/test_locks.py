@@ -110,9 +110,7 @@ class LocksContract:
             results = race(locks, f"{name}:{round_}")
             assert results.count(True) == 1, results
 
-    def test_concurrent_takeover_of_expired_lock_has_one_winner(
-        self, locks: Locks, name: str, advance
-    ) -> None:
+    def test_concurrent_takeover_of_expired_lock_has_one_winner(self, locks: Locks, name: str, advance) -> None:
         for round_ in range(5):
             assert locks.acquire(f"{name}:{round_}", "stale", ttl_seconds=0.2)
         advance(0.3)
@@ -131,20 +129,16 @@ class LocksContract:
 
     def test_hold_refuses_a_held_lock(self, locks: Locks, name: str) -> None:
         assert locks.acquire(name, "other", ttl_seconds=5)
-        with pytest.raises(LockHeldError, match=name):
-            with locks.hold(name, "one", ttl_seconds=5):
-                pytest.fail("the block ran without the lock")
+        with pytest.raises(LockHeldError, match=name), locks.hold(name, "one", ttl_seconds=5):
+            pytest.fail("the block ran without the lock")
         assert locks.owner_of(name) == "other"
 
     def test_hold_releases_when_the_block_raises(self, locks: Locks, name: str) -> None:
-        with pytest.raises(ValueError, match="boom"):
-            with locks.hold(name, "one", ttl_seconds=5):
-                raise ValueError("boom")
+        with pytest.raises(ValueError, match="boom"), locks.hold(name, "one", ttl_seconds=5):
+            raise ValueError("boom")
         assert not locks.is_locked(name)
 
-    def test_hold_reports_a_lost_lock_and_leaves_the_new_owner_alone(
-        self, locks: Locks, name: str
-    ) -> None:
+    def test_hold_reports_a_lost_lock_and_leaves_the_new_owner_alone(self, locks: Locks, name: str) -> None:
         with locks.hold(name, "one", ttl_seconds=5, renew_every=0.05) as held:
             # What an expiry during a long stall looks like: the lease is gone and retaken.
             assert locks.release(name, "one")
@@ -152,9 +146,7 @@ class LocksContract:
             assert held.lost.wait(2)
         assert locks.owner_of(name) == "two"
 
-    def test_hold_rejects_a_renewal_interval_not_shorter_than_the_ttl(
-        self, locks: Locks, name: str
-    ) -> None:
+    def test_hold_rejects_a_renewal_interval_not_shorter_than_the_ttl(self, locks: Locks, name: str) -> None:
         with pytest.raises(ValueError, match="renew_every"):
             with locks.hold(name, "one", ttl_seconds=1, renew_every=1):
                 pytest.fail("the block ran")
@@ -234,9 +226,7 @@ class TestDatabaseLocks(LocksContract):
         clock.advance(2)
         assert locks.acquire(name, "two", ttl_seconds=1)
         with app_engine.connect() as conn:
-            rows = conn.execute(
-                sa.text("SELECT owner FROM lock_leases WHERE name = :name"), {"name": name}
-            ).all()
+            rows = conn.execute(sa.text("SELECT owner FROM lock_leases WHERE name = :name"), {"name": name}).all()
         assert [row.owner for row in rows] == ["two"]
 
     def test_separate_engines_see_one_lease(

@@ -41,14 +41,18 @@ def pipeline(sessions) -> tuple[int, int]:
 
 def record(sessions, pipeline, run_id, records, now=T0):
     workspace_id, pipeline_id = pipeline
-    return record_changes(sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, run_id=run_id,
-                          records=records, now=now)
+    return record_changes(
+        sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, run_id=run_id, records=records, now=now
+    )
 
 
 def timeline(sessions, pipeline_id) -> list[tuple[str, str]]:
     with sessions() as session:
-        rows = session.execute(sa.select(PageChange.url, PageChange.status).where(PageChange.pipeline_id == pipeline_id)
-                               .order_by(PageChange.id))
+        rows = session.execute(
+            sa.select(PageChange.url, PageChange.status)
+            .where(PageChange.pipeline_id == pipeline_id)
+            .order_by(PageChange.id)
+        )
         return [tuple(row) for row in rows]
 
 
@@ -69,25 +73,33 @@ def test_a_large_diff_is_truncated_at_a_line_and_says_so():
 
 
 def test_first_crawl_is_all_new_then_edits_additions_and_removals(sessions, pipeline):
-    first = record(sessions, pipeline, "run-1", [ok("a", "A text"), ok("b", "B text"), ok("c", "C text"),
-                                                 ok("d", "D text")])
+    first = record(
+        sessions, pipeline, "run-1", [ok("a", "A text"), ok("b", "B text"), ok("c", "C text"), ok("d", "D text")]
+    )
     assert (first.new, first.changed, first.same, first.removed) == (4, 0, 0, 0)
-    second = record(sessions, pipeline, "run-2", [
-        ok("a", "A  text\n\n"),          # whitespace only: same
-        ok("b", "B text, edited"),       # changed
-        failed("c", 404),                # gone: removed
-        ok("e", "E text"),               # new
-    ], now=T0 + timedelta(hours=1))      # d is no longer crawled: removed
+    second = record(
+        sessions,
+        pipeline,
+        "run-2",
+        [
+            ok("a", "A  text\n\n"),  # whitespace only: same
+            ok("b", "B text, edited"),  # changed
+            failed("c", 404),  # gone: removed
+            ok("e", "E text"),  # new
+        ],
+        now=T0 + timedelta(hours=1),
+    )  # d is no longer crawled: removed
     assert (second.new, second.changed, second.same, second.removed) == (1, 1, 1, 2)
-    assert timeline(sessions, pipeline[1])[4:] == [("b", "changed"), ("c", "removed"), ("e", "new"),
-                                                   ("d", "removed")]
+    assert timeline(sessions, pipeline[1])[4:] == [("b", "changed"), ("c", "removed"), ("e", "new"), ("d", "removed")]
     with sessions() as session:
-        changed = session.scalars(sa.select(PageChange).where(PageChange.pipeline_id == pipeline[1],
-                                                             PageChange.status == "changed")).one()
+        changed = session.scalars(
+            sa.select(PageChange).where(PageChange.pipeline_id == pipeline[1], PageChange.status == "changed")
+        ).one()
         assert changed.diff.endswith("-B text\n+B text, edited\n")
-        assert (changed.previous_hash, changed.current_hash) == (content_hash("B text"),
-                                                                content_hash("B text, edited"))
-        same = session.scalars(sa.select(PageState).where(PageState.pipeline_id == pipeline[1], PageState.url == "a")).one()
+        assert (changed.previous_hash, changed.current_hash) == (content_hash("B text"), content_hash("B text, edited"))
+        same = session.scalars(
+            sa.select(PageState).where(PageState.pipeline_id == pipeline[1], PageState.url == "a")
+        ).one()
         assert same.last_checked_at == T0 + timedelta(hours=1) and same.last_changed_at == T0
 
 
@@ -131,8 +143,7 @@ def test_listing_filters_pages_and_stays_in_its_workspace(sessions, pipeline):
     workspace_id, pipeline_id = pipeline
     with sessions() as session:
         first, cursor = list_changes(session, workspace_id=workspace_id, pipeline_id=pipeline_id, limit=4)
-        rest, end = list_changes(session, workspace_id=workspace_id, pipeline_id=pipeline_id, limit=6,
-                                 before_id=cursor)
+        rest, end = list_changes(session, workspace_id=workspace_id, pipeline_id=pipeline_id, limit=6, before_id=cursor)
         assert len(first) == 4 and len(rest) == 6 and end is None
         assert [c.id for c in first + rest] == sorted((c.id for c in first + rest), reverse=True)
         removed, _ = list_changes(session, workspace_id=workspace_id, status="removed")

@@ -14,10 +14,15 @@ def record(url: str, status: str = "success", **fields) -> dict:
 
 def test_every_stored_page_comes_back_exactly_in_any_order():
     pages = {
-        f"https://docs.example.com/{n}": (f"# Page {n}\n\nünïcode ✓ {'text ' * (n * 997 % 5000)}", {"title": f"P{n}", "n": n})
+        f"https://docs.example.com/{n}": (
+            f"# Page {n}\n\nünïcode ✓ {'text ' * (n * 997 % 5000)}",
+            {"title": f"P{n}", "n": n},
+        )
         for n in range(300)
     }
-    previous = PreviousCrawl(record(url, content=content, metadata=metadata) for url, (content, metadata) in pages.items())
+    previous = PreviousCrawl(
+        record(url, content=content, metadata=metadata) for url, (content, metadata) in pages.items()
+    )
     try:
         urls = list(pages)
         random.Random(7).shuffle(urls)
@@ -29,15 +34,27 @@ def test_every_stored_page_comes_back_exactly_in_any_order():
 
 
 def test_only_successes_are_kept_and_give_hints():
-    previous = PreviousCrawl([
-        record("https://a.example/ok", content="text", metadata={}, etag='"v1"', last_modified="Mon, 01 Jan 2024 00:00:00 GMT",
-               raw_hash="raw", content_hash="sum"),
-        record("https://a.example/gone", status="failed", error="HTTP 404"),
-        record("https://a.example/blank", status="empty"),
-    ])
+    previous = PreviousCrawl(
+        [
+            record(
+                "https://a.example/ok",
+                content="text",
+                metadata={},
+                etag='"v1"',
+                last_modified="Mon, 01 Jan 2024 00:00:00 GMT",
+                raw_hash="raw",
+                content_hash="sum",
+            ),
+            record("https://a.example/gone", status="failed", error="HTTP 404"),
+            record("https://a.example/blank", status="empty"),
+        ]
+    )
     try:
-        assert previous.hints == {"https://a.example/ok": PreviousFetch(
-            etag='"v1"', last_modified="Mon, 01 Jan 2024 00:00:00 GMT", raw_hash="raw", content_hash="sum")}
+        assert previous.hints == {
+            "https://a.example/ok": PreviousFetch(
+                etag='"v1"', last_modified="Mon, 01 Jan 2024 00:00:00 GMT", raw_hash="raw", content_hash="sum"
+            )
+        }
         assert previous.stored("https://a.example/ok") == ("text", {})
         assert previous.stored("https://a.example/gone") is None
         assert previous.stored("https://a.example/blank") is None
@@ -47,11 +64,13 @@ def test_only_successes_are_kept_and_give_hints():
 
 
 def test_a_url_stored_twice_keeps_its_last_record_and_missing_fields_default():
-    previous = PreviousCrawl([
-        record("https://a.example/x", content="old", metadata={"v": 1}),
-        record("https://a.example/x", content="new", metadata={"v": 2}),
-        record("https://a.example/bare"),
-    ])
+    previous = PreviousCrawl(
+        [
+            record("https://a.example/x", content="old", metadata={"v": 1}),
+            record("https://a.example/x", content="new", metadata={"v": 2}),
+            record("https://a.example/bare"),
+        ]
+    )
     try:
         assert previous.stored("https://a.example/x") == ("new", {"v": 2})
         assert previous.stored("https://a.example/bare") == ("", {})

@@ -37,9 +37,16 @@ def age(root: Path, key: str, days: float) -> None:
 def test_old_blobs_are_deleted_and_each_pipelines_latest_kept(tmp_path):
     root = tmp_path / "blobs"
     store = LocalBlobStore(root)
-    ages = {("1", "10", "old-a"): 90, ("1", "10", "old-b"): 40, ("1", "10", "new"): 2,
-            ("1", "11", "only"): 400, ("2", "20", "old"): 60, ("2", "20", "latest-but-old"): 31,
-            ("2", "21", "recent-a"): 5, ("2", "21", "recent-b"): 1}
+    ages = {
+        ("1", "10", "old-a"): 90,
+        ("1", "10", "old-b"): 40,
+        ("1", "10", "new"): 2,
+        ("1", "11", "only"): 400,
+        ("2", "20", "old"): 60,
+        ("2", "20", "latest-but-old"): 31,
+        ("2", "21", "recent-a"): 5,
+        ("2", "21", "recent-b"): 1,
+    }
     keys = {}
     for (ws, pipeline, run), days in ages.items():
         keys[run, pipeline] = write(store, int(ws), int(pipeline), run)
@@ -49,8 +56,14 @@ def test_old_blobs_are_deleted_and_each_pipelines_latest_kept(tmp_path):
     assert sorted(deleted) == sorted([keys["old-a", "10"], keys["old-b", "10"], keys["old", "20"]])
     assert kept == 5
     left = {blob.key for blob in store.list("pipeline_runs/")}
-    assert left == {keys["new", "10"], keys["only", "11"], keys["latest-but-old", "20"], keys["recent-a", "21"],
-                    keys["recent-b", "21"], "pipeline_runs/elsewhere.txt"}
+    assert left == {
+        keys["new", "10"],
+        keys["only", "11"],
+        keys["latest-but-old", "20"],
+        keys["recent-a", "21"],
+        keys["recent-b", "21"],
+        "pipeline_runs/elsewhere.txt",
+    }
 
 
 def test_a_key_the_event_log_names_as_latest_is_kept_whatever_its_age(tmp_path):
@@ -94,8 +107,15 @@ def test_old_webhook_deliveries_are_pruned(sessions, trigger):
     workspace_id, trigger_id = trigger
     with transaction(sessions) as session:
         for n, days in enumerate([45, 31, 29, 0]):
-            session.add(WebhookDelivery(workspace_id=workspace_id, trigger_id=trigger_id, dedupe_key=f"d{n}",
-                                        payload=b"{}", received_at=NOW - timedelta(days=days)))
+            session.add(
+                WebhookDelivery(
+                    workspace_id=workspace_id,
+                    trigger_id=trigger_id,
+                    dedupe_key=f"d{n}",
+                    payload=b"{}",
+                    received_at=NOW - timedelta(days=days),
+                )
+            )
     # The PostgreSQL database is shared by the session's tests: other workspaces' deliveries count too.
     assert prune_webhook_deliveries(sessions, older_than=cutoff(NOW, 30)) >= 2
     with sessions() as session:
@@ -111,8 +131,15 @@ def test_apply_retention_reports_both(sessions, trigger, tmp_path):
     age(root, old, 10)
     age(root, latest, 9)
     with transaction(sessions) as session:
-        session.add(WebhookDelivery(workspace_id=workspace_id, trigger_id=trigger_id, dedupe_key="d",
-                                    payload=b"{}", received_at=NOW - timedelta(days=8)))
+        session.add(
+            WebhookDelivery(
+                workspace_id=workspace_id,
+                trigger_id=trigger_id,
+                dedupe_key="d",
+                payload=b"{}",
+                received_at=NOW - timedelta(days=8),
+            )
+        )
     report = apply_retention(store, sessions, now=NOW, days=7)
     assert (report.blobs_deleted, report.blobs_kept) == ([old], 1) and report.deliveries_deleted >= 1
     with sessions() as session:

@@ -24,16 +24,25 @@ def pipelines_with_triggers(
         workspace = Workspace(name="acme", owner_user_id="u")
         session.add(workspace)
         session.flush()
-        connector = Connector(workspace_id=workspace.id, name="web", connector_type="webcrawler",
-                              config={"INITIAL_URLS": ["https://example.com/"]})
+        connector = Connector(
+            workspace_id=workspace.id,
+            name="web",
+            connector_type="webcrawler",
+            config={"INITIAL_URLS": ["https://example.com/"]},
+        )
         session.add(connector)
         session.flush()
-        pipelines = [Pipeline(workspace_id=workspace.id, name=f"p{n}", enabled=enabled,
-                              connector_id=None if uploads else connector.id) for n in range(count)]
+        pipelines = [
+            Pipeline(
+                workspace_id=workspace.id, name=f"p{n}", enabled=enabled, connector_id=None if uploads else connector.id
+            )
+            for n in range(count)
+        ]
         session.add_all(pipelines)
         session.flush()
-        triggers = [PipelineTrigger(workspace_id=workspace.id, pipeline_id=p.id, kind="schedule", **trigger)
-                    for p in pipelines]
+        triggers = [
+            PipelineTrigger(workspace_id=workspace.id, pipeline_id=p.id, kind="schedule", **trigger) for p in pipelines
+        ]
         session.add_all(triggers)
         session.flush()
         return [t.id for t in triggers]
@@ -81,7 +90,11 @@ def test_an_invalid_schedule_disables_the_trigger_with_the_reason(sessions):
     [healed_bad] = pipelines_with_triggers(sessions, 1, cron="not a cron", next_fire_at=None)
     fired = {f.trigger_id for f in due_fires(sessions, now=NOW)}
     assert fired.isdisjoint({bad_cron, bad_zone, healed_bad})
-    for trigger_id, reason in [(bad_cron, "invalid cron"), (bad_zone, "unknown timezone"), (healed_bad, "invalid cron")]:
+    for trigger_id, reason in [
+        (bad_cron, "invalid cron"),
+        (bad_zone, "unknown timezone"),
+        (healed_bad, "invalid cron"),
+    ]:
         row = trigger_row(sessions, trigger_id)
         assert not row.enabled and row.next_fire_at is None
         assert row.disabled_reason.startswith("invalid schedule, trigger disabled") and reason in row.disabled_reason
@@ -143,5 +156,11 @@ def test_two_concurrent_ticks_claim_disjoint_rows(postgres_engine):
     assert set(claimed[0]).isdisjoint(claimed[1])
     assert sorted(claimed[0] + claimed[1]) == sorted(ids)
     with sessions() as session:
-        assert session.scalar(sa.select(sa.func.count()).select_from(PipelineTrigger)
-                              .where(PipelineTrigger.id.in_(ids), PipelineTrigger.last_fired_at == moment)) == 40
+        assert (
+            session.scalar(
+                sa.select(sa.func.count())
+                .select_from(PipelineTrigger)
+                .where(PipelineTrigger.id.in_(ids), PipelineTrigger.last_fired_at == moment)
+            )
+            == 40
+        )

@@ -20,11 +20,16 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 def new_pipeline(session, workspace_id: int, *, connector: bool = False) -> Pipeline:
-    connector_id = catalog.create_connector(
-        session, workspace_id=workspace_id, connector_type="webcrawler", urls=["https://example.com/"]
-    ).id if connector else None
-    return catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=connector_id,
-                                   name=f"p-{uuid.uuid4().hex[:6]}")
+    connector_id = (
+        catalog.create_connector(
+            session, workspace_id=workspace_id, connector_type="webcrawler", urls=["https://example.com/"]
+        ).id
+        if connector
+        else None
+    )
+    return catalog.create_pipeline(
+        session, workspace_id=workspace_id, connector_id=connector_id, name=f"p-{uuid.uuid4().hex[:6]}"
+    )
 
 
 def new_workspace(session) -> int:
@@ -58,8 +63,9 @@ def test_a_delivery_of_a_disabled_trigger_or_pipeline_is_taken_and_fires_nothing
     off_trigger, trigger_ids = deliveries(sessions, 1)
     off_pipeline, pipeline_ids = deliveries(sessions, 2)
     with transaction(sessions) as session:
-        session.execute(sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id == off_trigger)
-                        .values(enabled=False))
+        session.execute(
+            sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id == off_trigger).values(enabled=False)
+        )
         session.get(Pipeline, off_pipeline).enabled = False
     taken = take_deliveries(sessions, now=NOW)
     assert not [fire for fire in taken.fires if fire.pipeline_id in {off_trigger, off_pipeline}]
@@ -86,16 +92,20 @@ def test_a_spent_time_budget_takes_nothing(sessions):
 def test_an_event_fires_each_enabled_subscriber_it_concerns(sessions):
     with transaction(sessions) as session:
         workspace_id = new_workspace(session)
-        named, unnamed, disabled, unsubscribed = (new_pipeline(session, workspace_id, connector=True)
-                                                  for _ in range(4))
+        named, unnamed, disabled, unsubscribed = (new_pipeline(session, workspace_id, connector=True) for _ in range(4))
         disabled.enabled = False
         triggers = {
-            pipeline.id: create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline.id,
-                                              event_type="connector.urls_changed").id
+            pipeline.id: create_event_trigger(
+                session, workspace_id=workspace_id, pipeline_id=pipeline.id, event_type="connector.urls_changed"
+            ).id
             for pipeline in (named, unnamed, disabled)
         }
-        for_named = emit_event(session, workspace_id=workspace_id, event_type="connector.urls_changed",
-                               payload={"connector_id": named.connector_id}).id
+        for_named = emit_event(
+            session,
+            workspace_id=workspace_id,
+            event_type="connector.urls_changed",
+            payload={"connector_id": named.connector_id},
+        ).id
         for_all = emit_event(session, workspace_id=workspace_id, event_type="connector.urls_changed").id
         unheard = emit_event(session, workspace_id=workspace_id, event_type="folder.changed").id
         ours = {named.id, unnamed.id, disabled.id, unsubscribed.id}
@@ -112,14 +122,17 @@ def test_an_event_fires_each_enabled_subscriber_it_concerns(sessions):
     assert not [fire for fire in take_events(sessions).fires if fire.pipeline_id in ours]
 
 
-@pytest.mark.parametrize(("payload", "fires"), [
-    ({}, True),
-    ({"pipeline_id": 7}, True),
-    ({"pipeline_id": 8}, False),
-    ({"connector_id": 3}, True),
-    ({"connector_id": 4}, False),
-    ({"pipeline_id": 7, "connector_id": 4}, False),
-])
+@pytest.mark.parametrize(
+    ("payload", "fires"),
+    [
+        ({}, True),
+        ({"pipeline_id": 7}, True),
+        ({"pipeline_id": 8}, False),
+        ({"connector_id": 3}, True),
+        ({"connector_id": 4}, False),
+        ({"pipeline_id": 7, "connector_id": 4}, False),
+    ],
+)
 def test_an_event_concerns_the_pipelines_and_connectors_it_names(payload, fires):
     assert concerns(payload, pipeline_id=7, connector_id=3) is fires
 

@@ -35,8 +35,9 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 def pipeline(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
         workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        made = catalog.create_pipeline(session, workspace_id=workspace.id, connector_id=None,
-                                       name=f"p-{uuid.uuid4().hex[:6]}")
+        made = catalog.create_pipeline(
+            session, workspace_id=workspace.id, connector_id=None, name=f"p-{uuid.uuid4().hex[:6]}"
+        )
         return workspace.id, made.id
 
 
@@ -80,8 +81,9 @@ def rejected_status(sessions, token: str, body: bytes, *, now: datetime = NOW, *
 
 def test_only_the_token_hash_is_stored(sessions, webhook):
     with sessions() as session:
-        hashes = session.scalars(sa.select(PipelineTrigger.webhook_secret_hash)
-                                 .where(PipelineTrigger.kind == "webhook")).all()
+        hashes = session.scalars(
+            sa.select(PipelineTrigger.webhook_secret_hash).where(PipelineTrigger.kind == "webhook")
+        ).all()
     assert webhook not in hashes and catalog.hash_token(webhook) in hashes
 
 
@@ -109,13 +111,24 @@ def test_a_standard_delivery_is_stored_once_per_webhook_id(sessions, standard):
     again = deliver(sessions, standard.token, body, now=NOW + timedelta(seconds=60), **headers)
     assert again.duplicate and again.delivery_id == first.delivery_id and deliveries(sessions, standard.token) == 1
     # The same payload under a new id, signed for it, is a new delivery: senders may repeat payloads.
-    assert not deliver(sessions, standard.token, body, **standard_headers(standard.secret, body, webhook_id="msg_2", at=NOW)).duplicate
+    assert not deliver(
+        sessions, standard.token, body, **standard_headers(standard.secret, body, webhook_id="msg_2", at=NOW)
+    ).duplicate
 
 
-@pytest.mark.parametrize("tamper", [
-    "new webhook-id", "new timestamp", "no webhook-id", "no timestamp", "no signature",
-    "signed with the token", "v2 signature", "not base64",
-])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "new webhook-id",
+        "new timestamp",
+        "no webhook-id",
+        "no timestamp",
+        "no signature",
+        "signed with the token",
+        "v2 signature",
+        "not base64",
+    ],
+)
 def test_a_replayed_standard_delivery_with_any_header_changed_or_removed_is_401(sessions, standard, tamper):
     body = b'{"ref": "main"}'
     captured = standard_headers(standard.secret, body, at=NOW)
@@ -126,8 +139,11 @@ def test_a_replayed_standard_delivery_with_any_header_changed_or_removed_is_401(
     elif tamper == "new timestamp":
         headers["webhook-timestamp"] = str(int(NOW.timestamp()) + 1)
     elif tamper.startswith("no "):
-        del headers[{"no webhook-id": "webhook-id", "no timestamp": "webhook-timestamp",
-                     "no signature": "webhook-signature"}[tamper]]
+        del headers[
+            {"no webhook-id": "webhook-id", "no timestamp": "webhook-timestamp", "no signature": "webhook-signature"}[
+                tamper
+            ]
+        ]
     elif tamper == "signed with the token":
         token_key = base64.b64encode(standard.token.encode()).decode()
         headers = standard_headers("whsec_" + token_key, body, webhook_id="msg_new", at=NOW)
@@ -158,8 +174,14 @@ def test_several_signatures_in_one_header_verify_if_one_matches(sessions, standa
 def test_rotation_verifies_old_and_new_inside_the_window_and_only_new_after(sessions, pipeline, standard):
     old = standard.secret
     with transaction(sessions) as session:
-        rotated = rotate_signing_secret(session, workspace_id=pipeline[0], pipeline_id=pipeline[1],
-                                        trigger_id=standard.trigger.id, overlap_seconds=3600, now=NOW)
+        rotated = rotate_signing_secret(
+            session,
+            workspace_id=pipeline[0],
+            pipeline_id=pipeline[1],
+            trigger_id=standard.trigger.id,
+            overlap_seconds=3600,
+            now=NOW,
+        )
     new = rotated.secret
     assert new != old and new.startswith("whsec_") and rotated.previous_expires_at == NOW + timedelta(hours=1)
     inside = NOW + timedelta(minutes=59)
@@ -169,25 +191,38 @@ def test_rotation_verifies_old_and_new_inside_the_window_and_only_new_after(sess
         assert not deliver(sessions, standard.token, body, now=inside, **headers).duplicate
     after = NOW + timedelta(hours=1, seconds=1)
     body = b'{"late": true}'
-    assert rejected_status(sessions, standard.token, body, now=after,
-                           **standard_headers(old, body, webhook_id="late-old", at=after)) == 401
-    assert not deliver(sessions, standard.token, body, now=after,
-                       **standard_headers(new, body, webhook_id="late-new", at=after)).duplicate
+    assert (
+        rejected_status(
+            sessions, standard.token, body, now=after, **standard_headers(old, body, webhook_id="late-old", at=after)
+        )
+        == 401
+    )
+    assert not deliver(
+        sessions, standard.token, body, now=after, **standard_headers(new, body, webhook_id="late-new", at=after)
+    ).duplicate
 
 
 def test_a_second_rotation_keeps_no_secret_past_its_first_expiry(sessions, pipeline, standard):
     def rotate(overlap: int, at: datetime) -> str:
         with transaction(sessions) as session:
-            return rotate_signing_secret(session, workspace_id=pipeline[0], pipeline_id=pipeline[1],
-                                         trigger_id=standard.trigger.id, overlap_seconds=overlap, now=at).secret
+            return rotate_signing_secret(
+                session,
+                workspace_id=pipeline[0],
+                pipeline_id=pipeline[1],
+                trigger_id=standard.trigger.id,
+                overlap_seconds=overlap,
+                now=at,
+            ).secret
 
     second = rotate(600, NOW)
     third = rotate(0, NOW + timedelta(minutes=1))
     later = NOW + timedelta(minutes=2)
     body = b"{}"
     for secret in (standard.secret, second):
-        assert rejected_status(sessions, standard.token, body, now=later,
-                               **standard_headers(secret, body, at=later)) == 401
+        assert (
+            rejected_status(sessions, standard.token, body, now=later, **standard_headers(secret, body, at=later))
+            == 401
+        )
     assert not deliver(sessions, standard.token, body, now=later, **standard_headers(third, body, at=later)).duplicate
 
 
@@ -196,8 +231,13 @@ def test_rotation_is_refused_for_github_mode_and_bad_overlaps(sessions, pipeline
         trigger_id = session.scalar(sa.select(PipelineTrigger.id).where(PipelineTrigger.pipeline_id == pipeline[1]))
     for overlap, field in ((3600, "signing"), (-1, "overlap_seconds"), (8 * 24 * 3600, "overlap_seconds")):
         with pytest.raises(InvalidInputError) as refused, transaction(sessions) as session:
-            rotate_signing_secret(session, workspace_id=pipeline[0], pipeline_id=pipeline[1],
-                                  trigger_id=trigger_id, overlap_seconds=overlap)
+            rotate_signing_secret(
+                session,
+                workspace_id=pipeline[0],
+                pipeline_id=pipeline[1],
+                trigger_id=trigger_id,
+                overlap_seconds=overlap,
+            )
         assert refused.value.field == field
     with sessions() as session:
         assert session.get(PipelineTrigger, trigger_id).signing_secrets is None
@@ -230,10 +270,16 @@ def test_an_unknown_token_is_401(sessions, webhook):
     assert rejected_status(sessions, other, b"{}", **{"X-Hub-Signature-256": sign(b"{}", other)}) == 401
 
 
-@pytest.mark.parametrize("resend", [
-    {"X-GitHub-Delivery": "abc-124"}, {"X-Delivery-Id": "new"}, {"X-Request-Id": "r-2"}, {},
-    {"X-Webhook-Timestamp": str(int(NOW.timestamp()) + 60)},
-])
+@pytest.mark.parametrize(
+    "resend",
+    [
+        {"X-GitHub-Delivery": "abc-124"},
+        {"X-Delivery-Id": "new"},
+        {"X-Request-Id": "r-2"},
+        {},
+        {"X-Webhook-Timestamp": str(int(NOW.timestamp()) + 60)},
+    ],
+)
 def test_a_github_body_already_accepted_is_a_replay_whatever_the_unsigned_headers(sessions, webhook, resend):
     body = b'{"n": 1}'
     signature = {"X-Hub-Signature-256": sign(body, webhook)}
@@ -249,8 +295,10 @@ def test_a_stale_github_timestamp_is_401(sessions, webhook):
     stale = str(int((NOW - timedelta(seconds=301)).timestamp()))
     fresh = str(int((NOW - timedelta(seconds=30)).timestamp()))
     signature = sign(body, webhook)
-    assert rejected_status(sessions, webhook, body,
-                           **{"X-Hub-Signature-256": signature, "X-Webhook-Timestamp": stale}) == 401
+    assert (
+        rejected_status(sessions, webhook, body, **{"X-Hub-Signature-256": signature, "X-Webhook-Timestamp": stale})
+        == 401
+    )
     deliver(sessions, webhook, body, **{"X-Hub-Signature-256": signature, "X-Webhook-Timestamp": fresh})
 
 
@@ -258,7 +306,11 @@ def test_a_stale_github_timestamp_is_401(sessions, webhook):
 def test_a_body_over_one_mib_is_413(sessions, pipeline, signing):
     made = make_webhook(sessions, pipeline, signing)
     body = b"x" * (1024 * 1024 + 1)
-    headers = standard_headers(made.secret, body, at=NOW) if signing == "standard" else {"X-Hub-Signature-256": sign(body, made.secret)}
+    headers = (
+        standard_headers(made.secret, body, at=NOW)
+        if signing == "standard"
+        else {"X-Hub-Signature-256": sign(body, made.secret)}
+    )
     assert rejected_status(sessions, made.token, body, **headers) == 413
 
 
@@ -269,16 +321,20 @@ def test_a_pipeline_has_one_webhook_trigger(sessions, pipeline, webhook):
 
 def test_event_triggers_accept_only_documented_types(sessions, pipeline):
     with transaction(sessions) as session:
-        trigger = create_event_trigger(session, workspace_id=pipeline[0], pipeline_id=pipeline[1],
-                                       event_type="refresh.requested")
+        trigger = create_event_trigger(
+            session, workspace_id=pipeline[0], pipeline_id=pipeline[1], event_type="refresh.requested"
+        )
         assert trigger.event_type == EventType.REFRESH_REQUESTED
-    with pytest.raises(InvalidInputError, match="unknown event type 'page.updated'; use one of"), \
-            transaction(sessions) as session:
+    with (
+        pytest.raises(InvalidInputError, match="unknown event type 'page.updated'; use one of"),
+        transaction(sessions) as session,
+    ):
         create_event_trigger(session, workspace_id=pipeline[0], pipeline_id=pipeline[1], event_type="page.updated")
-    with pytest.raises(InvalidInputError, match="already has an event trigger for refresh.requested"), \
-            transaction(sessions) as session:
-        create_event_trigger(session, workspace_id=pipeline[0], pipeline_id=pipeline[1],
-                             event_type="refresh.requested")
+    with (
+        pytest.raises(InvalidInputError, match="already has an event trigger for refresh.requested"),
+        transaction(sessions) as session,
+    ):
+        create_event_trigger(session, workspace_id=pipeline[0], pipeline_id=pipeline[1], event_type="refresh.requested")
 
 
 def test_another_workspaces_pipeline_cannot_be_subscribed(sessions, pipeline):
@@ -295,6 +351,8 @@ def test_emit_event_validates_type_workspace_and_ids(sessions, pipeline):
     with pytest.raises(InvalidInputError, match="unknown event type"), transaction(sessions) as session:
         emit_event(session, workspace_id=pipeline[0], event_type="nope")
     with pytest.raises(InvalidInputError, match="payload.connector_id"), transaction(sessions) as session:
-        emit_event(session, workspace_id=pipeline[0], event_type="connector.urls_changed", payload={"connector_id": "7"})
+        emit_event(
+            session, workspace_id=pipeline[0], event_type="connector.urls_changed", payload={"connector_id": "7"}
+        )
     with pytest.raises(catalog.NotFoundError), transaction(sessions) as session:
         emit_event(session, workspace_id=10**9, event_type="refresh.requested")

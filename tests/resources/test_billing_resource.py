@@ -40,9 +40,12 @@ def test_an_asset_charges_once_per_idempotency_key(app_engine):
     assert charged == [True, False]
     assert Billing(sessions, enabled=True, micros_per_crawl=100).balance(workspace_id) == 700
     with sessions() as session:
-        assert session.scalar(
-            sa.select(sa.func.count()).select_from(TokenUsage).where(TokenUsage.workspace_id == workspace_id)
-        ) == 1
+        assert (
+            session.scalar(
+                sa.select(sa.func.count()).select_from(TokenUsage).where(TokenUsage.workspace_id == workspace_id)
+            )
+            == 1
+        )
 
     @dg.asset
     def too_big(billing: BillingResource) -> None:

@@ -59,9 +59,8 @@ def assert_resource_locks(resource: LocksResource) -> None:
     # Outside a run the backend is built on first use.
     assert resource.acquire(name, "cli", ttl_seconds=5)
     assert resource.owner_of(name) == "cli"
-    with pytest.raises(LockHeldError):
-        with resource.hold(name, "other", ttl_seconds=5):
-            pass
+    with pytest.raises(LockHeldError), resource.hold(name, "other", ttl_seconds=5):
+        pass
     assert resource.release(name, "cli")
     assert not resource.is_locked(name)
     resource.teardown_after_execution(dg.build_init_resource_context())
@@ -69,13 +68,9 @@ def assert_resource_locks(resource: LocksResource) -> None:
 
 @pytest.mark.integration
 def test_redis_locks_resource(redis_url: str) -> None:
-    assert_resource_locks(
-        RedisLocksResource(url=redis_url, key_prefix=f"pipelines-test:{uuid.uuid4().hex}:")
-    )
+    assert_resource_locks(RedisLocksResource(url=redis_url, key_prefix=f"pipelines-test:{uuid.uuid4().hex}:"))
 
 
 @pytest.mark.integration
 def test_database_locks_resource(app_engine: sa.Engine) -> None:
-    assert_resource_locks(
-        DatabaseLocksResource(database_url=app_engine.url.render_as_string(hide_password=False))
-    )
+    assert_resource_locks(DatabaseLocksResource(database_url=app_engine.url.render_as_string(hide_password=False)))

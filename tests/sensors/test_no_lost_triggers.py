@@ -62,8 +62,9 @@ def webhook_rows(app_db: AppDatabaseResource, workspace_id: int, pipeline_id: in
 
 def event_rows(app_db: AppDatabaseResource, workspace_id: int, pipeline_id: int) -> tuple[dg.SensorDefinition, Store]:
     with transaction(app_db.sessions) as session:
-        trigger_id = create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id,
-                                          event_type=EVENT_TYPE).id
+        trigger_id = create_event_trigger(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=EVENT_TYPE
+        ).id
 
     def store(session: Session) -> str:
         return f"event:{emit_event(session, workspace_id=workspace_id, event_type=EVENT_TYPE).id}:{trigger_id}"
@@ -115,8 +116,18 @@ def api_url(postgres_url: str, tmp_path: Path) -> Iterator[str]:
         "PIPELINES_DATABASE_URL": postgres_url,
     }
     url = f"http://127.0.0.1:{port}"
-    command = [str(Path(sys.executable).with_name("uvicorn")), "--factory", "pipelines_dagster.api:create_app",
-               "--host", "127.0.0.1", "--port", str(port), "--workers", str(API_WORKERS), "--no-access-log"]
+    command = [
+        str(Path(sys.executable).with_name("uvicorn")),
+        "--factory",
+        "pipelines_dagster.api:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(API_WORKERS),
+        "--no-access-log",
+    ]
     server = start_server(command, env=env, cwd=REPO_DIR, log=tmp_path / "api.log", ready_url=f"{url}/openapi.json")
     yield url
     stop_group(server)
@@ -131,8 +142,10 @@ def test_concurrent_deliveries_and_events_each_request_exactly_one_run_per_pipel
             for n in range(SUBSCRIBERS + 2)
         )
         hook = create_webhook(session, workspace_id=workspace_id, pipeline_id=hooked.id)
-        triggers = [create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline.id,
-                                         event_type=EVENT_TYPE).id for pipeline in (*subscribed, disabled)]
+        triggers = [
+            create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline.id, event_type=EVENT_TYPE).id
+            for pipeline in (*subscribed, disabled)
+        ]
         disabled.enabled = False
         ours = {pipeline.id for pipeline in (hooked, *subscribed, disabled)}
     live_triggers = triggers[:SUBSCRIBERS]
@@ -144,8 +157,11 @@ def test_concurrent_deliveries_and_events_each_request_exactly_one_run_per_pipel
 
     def tick(slot: int) -> bool:
         aligned.wait()  # the evaluators tick at the same moment, so their takes contend for rows
-        found = [key for sensor in (pipeline_webhooks, pipeline_events)
-                 for key in run_keys(evaluate(sensor, instance, app_db), ours)]
+        found = [
+            key
+            for sensor in (pipeline_webhooks, pipeline_events)
+            for key in run_keys(evaluate(sensor, instance, app_db), ours)
+        ]
         taken[slot] += found
         return bool(found)
 
@@ -170,8 +186,9 @@ def test_concurrent_deliveries_and_events_each_request_exactly_one_run_per_pipel
                     assert answer.status_code == 202, answer.text
                     owed.append(f"webhook:{answer.json()['delivery_id']}")
                 else:
-                    answer = http.post(f"/workspaces/{workspace_id}/events", json={"event_type": EVENT_TYPE},
-                                       headers=auth)
+                    answer = http.post(
+                        f"/workspaces/{workspace_id}/events", json={"event_type": EVENT_TYPE}, headers=auth
+                    )
                     assert answer.status_code == 202, answer.text
                     owed += [f"event:{answer.json()['event_id']}:{trigger_id}" for trigger_id in live_triggers]
         return owed
@@ -193,6 +210,9 @@ def test_concurrent_deliveries_and_events_each_request_exactly_one_run_per_pipel
     assert all(taken), "each evaluator took some rows"
     with app_db.sessions() as session:
         for model in (WebhookDelivery, DomainEvent):
-            pending = session.scalar(sa.select(sa.func.count()).select_from(model).where(
-                model.workspace_id == workspace_id, model.requested_at.is_(None)))
+            pending = session.scalar(
+                sa.select(sa.func.count())
+                .select_from(model)
+                .where(model.workspace_id == workspace_id, model.requested_at.is_(None))
+            )
             assert pending == 0

@@ -12,16 +12,15 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobO
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
+from pipelines_dagster.batch import OP_NAME
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
-from pipelines_dagster.batch import OP_NAME
-from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
-from pipelines_dagster.runs import run_tags
-from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
+from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
 from pipelines_dagster.sensors.common import busy_pipelines
+from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from pipelines_dagster.sensors.run_status import lock_release_sensors, release_run_locks
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from tests.support.webhooks import Webhook, create_webhook, deliver
@@ -42,11 +41,16 @@ def make_pipeline(app_db: AppDatabaseResource, *, due: bool = True, enabled: boo
     """(workspace id, pipeline id, trigger id) of a pipeline with an every-minute cron."""
     with transaction(app_db.sessions) as session:
         workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler",
-                                             urls=["https://example.com/"])
+        connector = catalog.create_connector(
+            session, workspace_id=workspace.id, connector_type="webcrawler", urls=["https://example.com/"]
+        )
         pipeline = catalog.create_pipeline(
-            session, workspace_id=workspace.id, connector_id=connector.id, name=f"p-{uuid.uuid4().hex[:6]}",
-            enabled=enabled, schedule=catalog.ScheduleSpec(cron="* * * * *", timezone="UTC"),
+            session,
+            workspace_id=workspace.id,
+            connector_id=connector.id,
+            name=f"p-{uuid.uuid4().hex[:6]}",
+            enabled=enabled,
+            schedule=catalog.ScheduleSpec(cron="* * * * *", timezone="UTC"),
         )
         trigger = session.query(PipelineTrigger).filter_by(pipeline_id=pipeline.id).one()
         if due:
@@ -58,8 +62,13 @@ def evaluate(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, app_db, 
     """One tick as the daemon evaluates it: run requests resolved and checked against the sensor's jobs."""
     from pipelines_dagster.definitions import defs
 
-    with dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), cursor=cursor,
-                                 resources={"app_db": app_db}, repository_def=defs.get_repository_def()) as context:
+    with dg.build_sensor_context(
+        instance=instance,
+        instance_ref=instance.get_ref(),
+        cursor=cursor,
+        resources={"app_db": app_db},
+        repository_def=defs.get_repository_def(),
+    ) as context:
         return sensor.evaluate_tick(context)
 
 
@@ -78,22 +87,36 @@ def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, ap
     added = [key for r in result.dynamic_partitions_requests for key in r.partition_keys]
     assert str(pipeline_id) in added
     # Advanced: the next tick has nothing for it.
-    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
+    assert (
+        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
+        == []
+    )
 
 
 def test_a_disabled_pipeline_gets_no_run_but_its_trigger_advances(instance, app_db):
     _, pipeline_id, trigger_id = make_pipeline(app_db, enabled=False)
-    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
+    assert (
+        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
+        == []
+    )
     with app_db.sessions() as session:
         assert session.get(PipelineTrigger, trigger_id).next_fire_at > datetime.now(UTC)
 
 
 def test_a_pipeline_with_a_running_run_gets_no_second_one(instance, app_db):
     workspace_id, pipeline_id, _ = make_pipeline(app_db)
-    instance.add_run(dg.DagsterRun(job_name="pipeline_run", run_id=str(uuid.uuid4()),
-                                   status=dg.DagsterRunStatus.STARTED,
-                                   tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual")))
-    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="pipeline_run",
+            run_id=str(uuid.uuid4()),
+            status=dg.DagsterRunStatus.STARTED,
+            tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
+        )
+    )
+    assert (
+        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
+        == []
+    )
 
 
 def requested_pipelines(request: dg.RunRequest) -> list[int]:
@@ -104,31 +127,42 @@ def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, a
     ours = [make_pipeline(app_db) for _ in range(5)]
     result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=2), instance, app_db)
     # Other tests' every-minute pipelines on the shared database may be due too: look at ours.
-    covering = {pipeline_id: [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
-                for _, pipeline_id, _ in ours}
+    covering = {
+        pipeline_id: [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
+        for _, pipeline_id, _ in ours
+    }
     assert all(len(requests) == 1 for requests in covering.values()), covering
     batches = [r for r in result.run_requests if r.job_name == "pipeline_batch"]
     assert batches and all(len(requested_pipelines(r)) <= 2 for r in result.run_requests)
     for request in batches:
         config = request.run_config["ops"][OP_NAME]["config"]["pipelines"]
-        assert [member["pipeline_id"] for member in config] == requested_pipelines(request) == sorted(
-            member["pipeline_id"] for member in config)
+        assert (
+            [member["pipeline_id"] for member in config]
+            == requested_pipelines(request)
+            == sorted(member["pipeline_id"] for member in config)
+        )
         assert all(member["scheduled_for"] for member in config)
         assert request.tags["trigger"] == "scheduled" and request.run_key.startswith("schedule-batch:")
         assert request.partition_key is None
     for workspace_id, pipeline_id, _ in ours:
         [request] = covering[pipeline_id]
         assert request.tags.get(member_workspace_tag(workspace_id)) == "member" or (
-            request.tags["workspace_id"] == str(workspace_id))
+            request.tags["workspace_id"] == str(workspace_id)
+        )
     added = {key for r in result.dynamic_partitions_requests for key in r.partition_keys}
     assert {str(pipeline_id) for _, pipeline_id, _ in ours} <= added
 
 
 def test_a_pipeline_in_a_running_batch_run_gets_no_second_scheduled_run(instance, app_db):
     workspace_id, pipeline_id, _ = make_pipeline(app_db)
-    instance.add_run(dg.DagsterRun(job_name="pipeline_batch", run_id=str(uuid.uuid4()),
-                                   status=dg.DagsterRunStatus.STARTED,
-                                   tags=batch_tags([(pipeline_id, workspace_id)], trigger="scheduled")))
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="pipeline_batch",
+            run_id=str(uuid.uuid4()),
+            status=dg.DagsterRunStatus.STARTED,
+            tags=batch_tags([(pipeline_id, workspace_id)], trigger="scheduled"),
+        )
+    )
     result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=20), instance, app_db)
     assert not [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
 
@@ -136,18 +170,31 @@ def test_a_pipeline_in_a_running_batch_run_gets_no_second_scheduled_run(instance
 # What the Dagster UI launches: the asset job, with only the partition tag (and the backfill's, for a backfill).
 ASSET_JOB = "__ASSET_JOB"
 ORIGIN = RemoteJobOrigin(
-    repository_origin=RemoteRepositoryOrigin(code_location_origin=RegisteredCodeLocationOrigin("pipelines_dagster"),
-                                             repository_name="__repository__"),
+    repository_origin=RemoteRepositoryOrigin(
+        code_location_origin=RegisteredCodeLocationOrigin("pipelines_dagster"), repository_name="__repository__"
+    ),
     job_name=ASSET_JOB,
 )
 
 
-def ui_launch(instance: dg.DagsterInstance, pipeline_id: int, status: dg.DagsterRunStatus, *,
-              origin: RemoteJobOrigin | None = None, **tags: str) -> dg.DagsterRun:
-    return instance.add_run(dg.DagsterRun(job_name=ASSET_JOB, run_id=str(uuid.uuid4()), status=status,
-                                          asset_selection=frozenset({dg.AssetKey("crawl_results")}),
-                                          tags={"dagster/partition": str(pipeline_id), **tags},
-                                          remote_job_origin=origin))
+def ui_launch(
+    instance: dg.DagsterInstance,
+    pipeline_id: int,
+    status: dg.DagsterRunStatus,
+    *,
+    origin: RemoteJobOrigin | None = None,
+    **tags: str,
+) -> dg.DagsterRun:
+    return instance.add_run(
+        dg.DagsterRun(
+            job_name=ASSET_JOB,
+            run_id=str(uuid.uuid4()),
+            status=status,
+            asset_selection=frozenset({dg.AssetKey("crawl_results")}),
+            tags={"dagster/partition": str(pipeline_id), **tags},
+            remote_job_origin=origin,
+        )
+    )
 
 
 @pytest.mark.parametrize("tags", [{}, {"dagster/backfill": "abcdefgh"}], ids=["asset page", "backfill"])
@@ -155,10 +202,19 @@ def ui_launch(instance: dg.DagsterInstance, pipeline_id: int, status: dg.Dagster
 def test_a_pipeline_with_a_queued_or_running_ui_launch_gets_no_scheduled_run(instance, app_db, status, tags):
     _, pipeline_id, _ = make_pipeline(app_db)
     ui_launch(instance, pipeline_id, status, origin=ORIGIN, **tags)
-    instance.add_run(dg.DagsterRun(job_name="maintenance", run_id=str(uuid.uuid4()), status=status,
-                                   remote_job_origin=ORIGIN._replace(job_name="maintenance")))
+    instance.add_run(
+        dg.DagsterRun(
+            job_name="maintenance",
+            run_id=str(uuid.uuid4()),
+            status=status,
+            remote_job_origin=ORIGIN._replace(job_name="maintenance"),
+        )
+    )
     assert pipeline_id in busy_pipelines(instance)
-    assert requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id) == []
+    assert (
+        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
+        == []
+    )
 
 
 def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance, app_db, app_engine):
@@ -183,14 +239,22 @@ def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_after_a_seco
     _, pipeline_id, _ = make_pipeline(app_db, due=False)
     add_pipeline_partitions(instance, [987_654])
     first = evaluate(pipeline_partitions_sync, instance, app_db)
-    added = [k for r in first.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)
-             for k in r.partition_keys]
+    added = [
+        k
+        for r in first.dynamic_partitions_requests
+        if isinstance(r, dg.AddDynamicPartitionsRequest)
+        for k in r.partition_keys
+    ]
     assert str(pipeline_id) in added
     assert not [r for r in first.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
     assert "987654" in json.loads(first.cursor)
     second = evaluate(pipeline_partitions_sync, instance, app_db, cursor=first.cursor)
-    deleted = [k for r in second.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)
-               for k in r.partition_keys]
+    deleted = [
+        k
+        for r in second.dynamic_partitions_requests
+        if isinstance(r, dg.DeleteDynamicPartitionsRequest)
+        for k in r.partition_keys
+    ]
     assert deleted == ["987654"]
 
 
@@ -199,8 +263,12 @@ def test_a_failed_runs_locks_are_released_and_no_one_elses(instance, app_db, app
     with app_db.sessions() as session:
         connector_id = session.get(Pipeline, pipeline_id).connector_id
     locks = DatabaseLocks(app_engine)
-    run = dg.DagsterRun(job_name="pipeline_run", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.FAILURE,
-                        tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="scheduled"))
+    run = dg.DagsterRun(
+        job_name="pipeline_run",
+        run_id=str(uuid.uuid4()),
+        status=dg.DagsterRunStatus.FAILURE,
+        tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="scheduled"),
+    )
     locks.acquire(pipeline_lock_name(pipeline_id), run.run_id, ttl_seconds=600)
     locks.acquire(connector_lock_name(connector_id), "some-other-run", ttl_seconds=600)
     resource = DatabaseLocksResource(database_url=app_db.url)
@@ -215,9 +283,12 @@ def test_a_failed_batch_runs_locks_are_released_for_every_member(instance, app_d
     with app_db.sessions() as session:
         connectors = [session.get(Pipeline, pipeline_id).connector_id for _, pipeline_id in members]
     locks = DatabaseLocks(app_engine)
-    run = dg.DagsterRun(job_name="pipeline_batch", run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.FAILURE,
-                        tags=batch_tags([(pipeline_id, workspace_id) for workspace_id, pipeline_id in members],
-                                        trigger="scheduled"))
+    run = dg.DagsterRun(
+        job_name="pipeline_batch",
+        run_id=str(uuid.uuid4()),
+        status=dg.DagsterRunStatus.FAILURE,
+        tags=batch_tags([(pipeline_id, workspace_id) for workspace_id, pipeline_id in members], trigger="scheduled"),
+    )
     # The run died in the second pipeline's crawl; the first's were released when its crawl ended.
     locks.acquire(pipeline_lock_name(members[1][1]), run.run_id, ttl_seconds=600)
     locks.acquire(connector_lock_name(connectors[1]), run.run_id, ttl_seconds=600)
@@ -230,7 +301,9 @@ def test_a_failed_batch_runs_locks_are_released_for_every_member(instance, app_d
 
 def test_lock_release_sensors_watch_failed_and_canceled_pipeline_runs():
     assert sorted(sensor.name for sensor in lock_release_sensors) == [
-        "release_locks_of_canceled_runs", "release_locks_of_failure_runs"]
+        "release_locks_of_canceled_runs",
+        "release_locks_of_failure_runs",
+    ]
     assert all(sensor.default_status == dg.DefaultSensorStatus.RUNNING for sensor in lock_release_sensors)
 
 
@@ -279,13 +352,22 @@ def test_events_start_the_subscribed_pipelines_they_concern(instance, app_db):
     with transaction(app_db.sessions) as session:
         connector_id = session.get(Pipeline, subscribed).connector_id
         other = catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=None, name="unsubscribed").id
-        trigger = create_event_trigger(session, workspace_id=workspace_id, pipeline_id=subscribed,
-                                       event_type="connector.urls_changed")
+        trigger = create_event_trigger(
+            session, workspace_id=workspace_id, pipeline_id=subscribed, event_type="connector.urls_changed"
+        )
         trigger_id = trigger.id
-        hit = emit_event(session, workspace_id=workspace_id, event_type="connector.urls_changed",
-                         payload={"connector_id": connector_id}).id
-        emit_event(session, workspace_id=workspace_id, event_type="connector.urls_changed",
-                   payload={"connector_id": connector_id + 1000})
+        hit = emit_event(
+            session,
+            workspace_id=workspace_id,
+            event_type="connector.urls_changed",
+            payload={"connector_id": connector_id},
+        ).id
+        emit_event(
+            session,
+            workspace_id=workspace_id,
+            event_type="connector.urls_changed",
+            payload={"connector_id": connector_id + 1000},
+        )
         emit_event(session, workspace_id=workspace_id, event_type="folder.changed")
     result = evaluate(pipeline_events, instance, app_db)
     [request] = requests_for(result, subscribed)

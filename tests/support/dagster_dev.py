@@ -135,7 +135,10 @@ def dagster_dev(directory: Path) -> Iterator[Dev]:
         instance = dg.DagsterInstance.from_config(str(home))
         process = subprocess.Popen(
             [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO_DIR, env=env, stdout=(home / "dagster-dev.log").open("wb"), stderr=subprocess.STDOUT,
+            cwd=REPO_DIR,
+            env=env,
+            stdout=(home / "dagster-dev.log").open("wb"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         deployment = Dev(process=process, home=home, ui_url=ui_url, instance=instance, engine=engine, site=site)

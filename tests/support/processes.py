@@ -12,11 +12,13 @@ import httpx
 import pytest
 
 
-def start_server(command: list[str], *, env: dict[str, str], cwd: Path, log: Path, ready_url: str,
-                 timeout: float = 60) -> subprocess.Popen:
+def start_server(
+    command: list[str], *, env: dict[str, str], cwd: Path, log: Path, ready_url: str, timeout: float = 60
+) -> subprocess.Popen:
     """Start a server in its own process group and wait until `ready_url` answers 200; fail with its log if not."""
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + timeout
     while True:
         try:

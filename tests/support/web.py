@@ -1,8 +1,8 @@
 """A real HTTP server on 127.0.0.1 with per-test routes, a fake DNS, and a net that keeps tests on loopback.
 
-    with WebServer() as web:
-        web.route("/a", page("A", "text"), redirect("/b"))   # first request gets the page, later ones the redirect
-        web.url("/a")                                        # http://127.0.0.1:<port>/a
+with WebServer() as web:
+    web.route("/a", page("A", "text"), redirect("/b"))   # first request gets the page, later ones the redirect
+    web.url("/a")                                        # http://127.0.0.1:<port>/a
 """
 
 from __future__ import annotations

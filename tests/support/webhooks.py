@@ -20,8 +20,11 @@ def standard_headers(secret: str, body: bytes, *, webhook_id: str = "msg_1", at:
     timestamp = str(int(at.timestamp()))
     key = base64.b64decode(secret.removeprefix("whsec_"))
     mac = hmac.new(key, f"{webhook_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return {"webhook-id": webhook_id, "webhook-timestamp": timestamp,
-            "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+    return {
+        "webhook-id": webhook_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+    }
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,9 @@ class Webhook:
 
     def headers(self, body: bytes, delivery_id: str | None = None) -> dict[str, str]:
         """The headers a sender puts on `body` now; a new delivery id unless one is given (a resend)."""
-        return standard_headers(self.secret, body, webhook_id=delivery_id or f"msg_{uuid.uuid4().hex}",
-                                at=datetime.now(UTC))
+        return standard_headers(
+            self.secret, body, webhook_id=delivery_id or f"msg_{uuid.uuid4().hex}", at=datetime.now(UTC)
+        )
 
 
 def create_webhook(session: Session, *, workspace_id: int, pipeline_id: int) -> Webhook:

@@ -31,22 +31,39 @@ def _checked(name: str, type_: sa.types.TypeEngine, check: str, **kwargs) -> sa.
 
 
 def upgrade() -> None:
-    op.add_column("pipelines", _checked(
-        "retry_backoff", sa.String(16), "retry_backoff IN ('linear', 'exponential')",
-        nullable=False, server_default="exponential",
-    ))
-    op.add_column("pipelines", sa.Column(
-        "retry_max", sa.Integer(), sa.CheckConstraint("retry_max >= 0", name="retry_max_not_negative"),
-        nullable=False, server_default="3",
-    ))
-    op.add_column("pipelines", sa.Column(
-        "retry_delay_seconds", sa.Float(),
-        sa.CheckConstraint("retry_delay_seconds > 0", name="retry_delay_positive"),
-        nullable=False, server_default="2",
-    ))
-    op.add_column("pipeline_triggers", _checked(
-        "signing", sa.String(16), "signing IN ('standard', 'github')", nullable=True
-    ))
+    op.add_column(
+        "pipelines",
+        _checked(
+            "retry_backoff",
+            sa.String(16),
+            "retry_backoff IN ('linear', 'exponential')",
+            nullable=False,
+            server_default="exponential",
+        ),
+    )
+    op.add_column(
+        "pipelines",
+        sa.Column(
+            "retry_max",
+            sa.Integer(),
+            sa.CheckConstraint("retry_max >= 0", name="retry_max_not_negative"),
+            nullable=False,
+            server_default="3",
+        ),
+    )
+    op.add_column(
+        "pipelines",
+        sa.Column(
+            "retry_delay_seconds",
+            sa.Float(),
+            sa.CheckConstraint("retry_delay_seconds > 0", name="retry_delay_positive"),
+            nullable=False,
+            server_default="2",
+        ),
+    )
+    op.add_column(
+        "pipeline_triggers", _checked("signing", sa.String(16), "signing IN ('standard', 'github')", nullable=True)
+    )
     op.add_column("pipeline_triggers", sa.Column("signing_secrets", sa.JSON(), nullable=True))
     op.execute("UPDATE pipeline_triggers SET signing = 'github' WHERE kind = 'webhook'")
     taken = sa.bindparam("taken", datetime.now(UTC), type_=sa.DateTime(timezone=True))
@@ -66,7 +83,11 @@ def downgrade() -> None:
     for table in ("domain_events", "webhook_deliveries"):
         op.drop_index(f"ix_{table}_pending", table_name=table)
         op.drop_column(table, "requested_at")
-    for table, column in (("pipeline_triggers", "signing_secrets"), ("pipeline_triggers", "signing"),
-                          ("pipelines", "retry_delay_seconds"), ("pipelines", "retry_max"),
-                          ("pipelines", "retry_backoff")):
+    for table, column in (
+        ("pipeline_triggers", "signing_secrets"),
+        ("pipeline_triggers", "signing"),
+        ("pipelines", "retry_delay_seconds"),
+        ("pipelines", "retry_max"),
+        ("pipelines", "retry_backoff"),
+    ):
         op.drop_column(table, column)

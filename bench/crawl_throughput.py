@@ -285,7 +285,7 @@ def describe_corpus(urls: list[str]) -> str:
     # The text of every tenth page: extracting them all would take as long as a round of the loop.
     texts = [
         len(extract_page(body, media_type="text/html", charset="utf-8", url=url).content.encode())
-        for url, body in list(zip(urls, bodies))[::10]
+        for url, body in list(zip(urls, bodies, strict=True))[::10]
     ]
     median, text = statistics.median(sizes), statistics.median(texts)
     return (
@@ -380,7 +380,7 @@ def main() -> int:
     def verdict(ok: bool) -> str:
         return "meets the target" if ok else "MISSES the target"
 
-    paired = ", ".join(f"{loop / result['first'].wall:.2f}x" for loop, result in zip(loops, rounds))
+    paired = ", ".join(f"{loop / result['first'].wall:.2f}x" for loop, result in zip(loops, rounds, strict=True))
     print(f"best of {args.rounds} rounds (each round's own b/a: {paired}):")
     print(
         f"  (a) reference loop {loop_rate:.1f} pages/s, (b) first crawl end to end {crawl_rate:.1f} pages/s "

@@ -1,4 +1,5 @@
-"""Time `RunHistory.list_runs(limit=20)` for one pipeline on a PostgreSQL-backed Dagster instance at 1,000 and 10,000 runs.
+"""Time `RunHistory.list_runs(limit=20)` for one pipeline on a PostgreSQL-backed Dagster instance
+at 1,000 and 10,000 runs.
 
 Runs are written with Dagster's own storage APIs as a deployment would have them: 100 hourly
 pipelines in 10 workspaces, each run with its start/end events, crawl_results and kb_documents

@@ -365,7 +365,7 @@ def main() -> int:
 
     n, m = args.runs, args.scheduled
     with ExitStack() as stack:
-        server, urls = stack.enter_context(served_corpus(pages=n + 2 + m, min_bytes=50 * KiB, seed=SEED))
+        _server, urls = stack.enter_context(served_corpus(pages=n + 2 + m, min_bytes=50 * KiB, seed=SEED))
         trigger_file = Path(tempfile.mkdtemp(prefix="run-overhead-")) / "floor-trigger.json"
         stack.callback(shutil.rmtree, trigger_file.parent, ignore_errors=True)
         home = stack.enter_context(
@@ -455,7 +455,7 @@ def main() -> int:
             failures.append(f"{name}: {result['succeeded']} of {expected} runs succeeded")
     if batched["crawled"] != m:
         failures.append(f"(d): {batched['crawled']} of {m} pipelines were crawled")
-    paired = ", ".join(f"{b['per_minute'] / a['per_minute']:.2f}" for a, b in zip(floors, ours))
+    paired = ", ".join(f"{b['per_minute'] / a['per_minute']:.2f}" for a, b in zip(floors, ours, strict=True))
     print(
         f"best of {args.rounds} rounds: (a) {floor['per_minute']:.1f}, (b) {best['per_minute']:.1f} runs/min; "
         f"(b)/(a) = {ratio:.2f} (target >= {RATIO_TARGET}; each round's own: {paired}); "

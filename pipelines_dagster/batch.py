@@ -124,7 +124,10 @@ def run_pipelines(
 @dg.job(
     name="pipeline_batch",
     tags={TRIGGER_TAG: Trigger.SCHEDULED.value},
-    description="Run many pipelines' scheduled fires in one run; each pipeline's partitions are materialized as by pipeline_run.",
+    description=(
+        "Run many pipelines' scheduled fires in one run; each pipeline's partitions are materialized as by "
+        "pipeline_run."
+    ),
 )
 def pipeline_batch() -> None:
     run_pipelines()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -588,10 +589,8 @@ def demo(once: bool, site_port: int, ui_port: int) -> None:
         env = {**os.environ, "PIPELINES_CRAWLER_ALLOWED_NETWORKS": allowed, "DAGSTER_HOME": str(home)}
         dagster = Path(sys.executable).with_name("dagster")
         command = [str(dagster), "dev", "-w", str(REPO_DIR / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(ui_port)]
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             subprocess.run(command, env=env, cwd=REPO_DIR, check=False)
-        except KeyboardInterrupt:
-            pass
 
 
 @pipeline.command("run")

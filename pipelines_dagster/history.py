@@ -241,7 +241,7 @@ class RunHistory:
             raise ValueError(f"status must be one of {', '.join(DAGSTER_STATUSES)}, got {status!r}")
         names = self._pipeline_names(workspace_id, pipeline_id)
         after_run, _, after_pipeline = (cursor or "").partition("_")
-        fetch = dict(workspace_id=workspace_id, pipelines=names, pipeline_id=pipeline_id, status=status)
+        fetch = {"workspace_id": workspace_id, "pipelines": names, "pipeline_id": pipeline_id, "status": status}
         records = self._run_records(**fetch, limit=limit + 1, cursor=after_run or None)
         entries = self._entries(workspace_id, records, pipeline_id)
         if after_pipeline.isdigit():
@@ -285,7 +285,7 @@ class RunHistory:
         if pipeline_id is not None:
             query = query.where(Pipeline.id == pipeline_id)
         with self._sessions() as session:
-            return {pipeline: name for pipeline, name in session.execute(query)}
+            return dict(session.execute(query))
 
     def _run_records(
         self,

@@ -1,4 +1,5 @@
-"""The chat agent's run-history and page-change tools, over real runs: scoped to its workspace when built, answering in text."""
+"""The chat agent's run-history and page-change tools, over real runs: scoped to its workspace when
+built, answering in text."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_a_failed_run_shows_its_reason(embedded: Stack):
 
 
 def test_bad_arguments_come_back_as_text(embedded: Stack):
-    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    workspace_id, _pipeline_id = embedded.pipeline(embedded.site(1))
     theirs, their_pipeline = embedded.pipeline(embedded.site(1, prefix="/q"))
     embedded.run(their_pipeline, theirs)
     [tool] = build_pipeline_run_tools(workspace_id=workspace_id, history=history(embedded))

@@ -98,7 +98,7 @@ def test_every_dagster_status_has_a_run_status():
 
 def test_a_succeeded_run_shows_its_trigger_counts_blob_charge_and_steps(stack: Stack):
     stack.billing_enabled = True
-    urls = stack.site(3) + [stack.web.url("/missing")]
+    urls = [*stack.site(3), stack.web.url("/missing")]
     workspace_id, pipeline_id = stack.pipeline(urls, credit=100_000)
     rename(stack, pipeline_id, "Docs nightly")
     result = stack.run(pipeline_id, workspace_id, trigger="scheduled")
@@ -292,7 +292,7 @@ def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):
     stack.billing_enabled = True
     urls = stack.site(2)
     workspace_id, first = stack.pipeline(urls, credit=100_000)
-    second = add_pipeline(stack, workspace_id, urls + [stack.web.url("/missing")], name="second")
+    second = add_pipeline(stack, workspace_id, [*urls, stack.web.url("/missing")], name="second")
     refused = add_pipeline(stack, workspace_id, urls, name="refused", enabled=False)
     other_workspace, theirs = stack.pipeline(urls, credit=100_000)
     result = run_batch(

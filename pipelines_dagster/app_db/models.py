@@ -48,7 +48,7 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
 
 class Base(DeclarativeBase):
     metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {
+    type_annotation_map = {  # noqa: RUF012 (SQLAlchemy reads this class attribute)
         datetime: UTCDateTime(),
         dict[str, Any]: sa.JSON(),
         # SQLite only autoincrements an INTEGER primary key.

@@ -343,39 +343,43 @@ class _CrawlRun:
             host_slots = self._host_slots[host] = asyncio.Semaphore(config.per_host_concurrency)
         # The host slot first: a request queued behind a busy host must not hold a global slot
         # that a request to an idle host could use.
-        async with host_slots, self._global_slots, asyncio.timeout(config.total_timeout):
-            async with self._client.stream("GET", url, headers=headers) as response:
-                progress.http_status = response.status_code
-                if not response.is_success:
-                    await _drain(response)
-                    return _Response(status=response.status_code, headers=response.headers)
-                media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                if media_types is not None and media_type not in media_types:
-                    raise _Failed(
-                        f"unsupported content type {media_type or '(none declared)'!r}; "
-                        "only HTML, XHTML and plain text pages are crawled"
-                    )
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > config.max_body_bytes:
-                    raise _Failed(f"body larger than {config.max_body_bytes} bytes ({declared} declared)")
-                body = bytearray()
-                digest = hashlib.sha256()
-                try:
-                    async for chunk in response.aiter_bytes():
-                        body += chunk
-                        if len(body) > config.max_body_bytes:
-                            raise _Failed(f"body larger than {config.max_body_bytes} bytes")
-                        digest.update(chunk)
-                except httpx.DecodingError as exc:
-                    raise _Failed(f"the body could not be decoded: {exc}") from None
-                return _Response(
-                    status=response.status_code,
-                    headers=response.headers,
-                    media_type=media_type,
-                    charset=response.charset_encoding,
-                    body=bytes(body),
-                    raw_hash=digest.hexdigest(),
+        async with (
+            host_slots,
+            self._global_slots,
+            asyncio.timeout(config.total_timeout),
+            self._client.stream("GET", url, headers=headers) as response,
+        ):
+            progress.http_status = response.status_code
+            if not response.is_success:
+                await _drain(response)
+                return _Response(status=response.status_code, headers=response.headers)
+            media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if media_types is not None and media_type not in media_types:
+                raise _Failed(
+                    f"unsupported content type {media_type or '(none declared)'!r}; "
+                    "only HTML, XHTML and plain text pages are crawled"
                 )
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > config.max_body_bytes:
+                raise _Failed(f"body larger than {config.max_body_bytes} bytes ({declared} declared)")
+            body = bytearray()
+            digest = hashlib.sha256()
+            try:
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > config.max_body_bytes:
+                        raise _Failed(f"body larger than {config.max_body_bytes} bytes")
+                    digest.update(chunk)
+            except httpx.DecodingError as exc:
+                raise _Failed(f"the body could not be decoded: {exc}") from None
+            return _Response(
+                status=response.status_code,
+                headers=response.headers,
+                media_type=media_type,
+                charset=response.charset_encoding,
+                body=bytes(body),
+                raw_hash=digest.hexdigest(),
+            )
 
     async def _pace(self, url: httpx.URL) -> None:
         """Wait for the origin's next request time when its robots.txt asks for a Crawl-delay."""

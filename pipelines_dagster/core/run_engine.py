@@ -53,7 +53,7 @@ class RunPlan:
     save_to_kb: bool
     folder_id: int | None
     urls: tuple[str, ...]
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 def plan_run(session: Session, pipeline_id: int) -> RunPlan:
@@ -154,7 +154,7 @@ class PreviousCrawl:
         self.hints: dict[str, PreviousFetch] = {}
         self._spans: dict[str, tuple[int, int]] = {}
         # Deleted when closed, or by the system if the process dies first.
-        self._file = tempfile.TemporaryFile(prefix="previous-crawl-")
+        self._file = tempfile.TemporaryFile(prefix="previous-crawl-")  # noqa: SIM115 (closed by close())
         for record in records or ():
             if record.get("status") != "success":
                 continue

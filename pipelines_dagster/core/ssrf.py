@@ -141,8 +141,8 @@ class PinnedTransport(httpx.AsyncHTTPTransport):
     It never uses a proxy: a proxy resolves names itself, out of the guard's reach.
     """
 
-    def __init__(self, guard: AddressGuard, *, limits: httpx.Limits = httpx.Limits()) -> None:
-        super().__init__(verify=_tls_context(), limits=limits)
+    def __init__(self, guard: AddressGuard, *, limits: httpx.Limits | None = None) -> None:
+        super().__init__(verify=_tls_context(), limits=limits or httpx.Limits())
         # httpx 0.28 cannot pass a network backend to its pool (encode/httpx#3749), so the pool it
         # built is replaced by one with the same settings on the pinned backend.
         self._pool = httpcore.AsyncConnectionPool(

@@ -224,7 +224,8 @@ def signature_valid(body: bytes, secret: str, header: str | None) -> bool:
 
 
 def sign_standard(body: bytes, secret: str, *, webhook_id: str, timestamp: int) -> str:
-    """The webhook-signature value (`v1,<base64>`) a standard-mode sender puts on `body`; what deliveries are checked against."""
+    """The webhook-signature value (`v1,<base64>`) a standard-mode sender puts on `body`; what
+    deliveries are checked against."""
     moment = datetime.fromtimestamp(timestamp, UTC)
     return Webhook(secret).sign(msg_id=webhook_id, timestamp=moment, data=body.decode())
 

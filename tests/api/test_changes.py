@@ -55,7 +55,7 @@ def test_changes_newest_first_with_diffs(timeline):
 
 
 def test_filters_and_pages(timeline):
-    client, tenants, pipelines, _, urls = timeline
+    client, tenants, pipelines, _, _urls = timeline
     a = tenants["a"]
     url = f"{a.pipelines}/{pipelines['a']}/changes"
     new = client.get(url, params={"status": "new", "limit": 3}, headers=a.headers).json()

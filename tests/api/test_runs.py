@@ -17,7 +17,7 @@ from tests.assets.conftest import Stack
 def crawled(stack: Stack, client_for, tmp_path):
     """Two workspaces, each with a pipeline that ran once for real; A's second run failed (disabled)."""
     urls = stack.site(3)
-    a_workspace, a_pipeline = stack.pipeline(urls + [stack.web.url("/missing")])
+    a_workspace, a_pipeline = stack.pipeline([*urls, stack.web.url("/missing")])
     b_workspace, b_pipeline = stack.pipeline(urls, save_to_kb=False, folder=None)
     a_ok = stack.run(a_pipeline, a_workspace)
     b_ok = stack.run(b_pipeline, b_workspace, trigger="scheduled")

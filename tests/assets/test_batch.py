@@ -212,4 +212,4 @@ def test_split_evenly_makes_as_few_chunks_as_possible_of_near_equal_size():
     assert split_evenly([1, 2, 3], 20) == [[1, 2, 3]]
     assert split_evenly([], 20) == []
     assert [list(chunk) for chunk in split_evenly([1, 2, 3], 1)] == [[1], [2], [3]]
-    assert sum(split_evenly(list(range(1000)), 7), []) == list(range(1000))
+    assert [n for chunk in split_evenly(list(range(1000)), 7) for n in chunk] == list(range(1000))

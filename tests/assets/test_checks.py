@@ -57,7 +57,7 @@ def test_every_check_passes_on_a_good_crawl(stack: Stack):
 
 
 def test_a_low_success_ratio_warns_and_a_pipeline_may_lower_its_threshold(embedded: Stack):
-    urls = embedded.site(1) + [embedded.web.url("/missing-1"), embedded.web.url("/missing-2")]
+    urls = [*embedded.site(1), embedded.web.url("/missing-1"), embedded.web.url("/missing-2")]
     workspace_id, pipeline_id = embedded.pipeline(urls)
     ratio = run_checks(embedded, workspace_id, pipeline_id)["crawl_success_ratio"]
     assert not ratio.passed and ratio.severity == dg.AssetCheckSeverity.WARN

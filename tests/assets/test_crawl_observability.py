@@ -46,7 +46,7 @@ def test_a_quick_crawl_logs_no_progress(embedded: Stack):
 
 
 def test_the_crawl_carries_dagsters_row_count_and_a_table_of_failed_urls(embedded: Stack):
-    urls = embedded.site(3) + [embedded.web.url("/missing")]
+    urls = [*embedded.site(3), embedded.web.url("/missing")]
     workspace_id, pipeline_id = embedded.pipeline(urls)
     result = embedded.run(pipeline_id, workspace_id)
     crawl = materialization(result, "crawl_results")

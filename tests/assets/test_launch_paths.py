@@ -122,7 +122,7 @@ def test_indexing_that_fails_after_the_crawl_fails_the_run_without_crawling_agai
         raise RuntimeError("documents table is locked")
 
     monkeypatch.setattr(module, "index_crawl", broken)
-    workspace_id, pipeline_id = embedded.pipeline(embedded.site(2))
+    _workspace_id, pipeline_id = embedded.pipeline(embedded.site(2))
     result = launch(embedded, pipeline_id, [crawl_results])
     assert not result.success
     message = failure_message(result)

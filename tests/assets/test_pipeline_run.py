@@ -21,7 +21,7 @@ from tests.support.web import page
 
 def test_kb_run_lands_documents_in_the_destination_folder(stack: Stack):
     urls = stack.site(5)
-    workspace_id, pipeline_id = stack.pipeline(urls + [stack.web.url("/missing")])
+    workspace_id, pipeline_id = stack.pipeline([*urls, stack.web.url("/missing")])
     result = stack.run(pipeline_id, workspace_id)
     assert result.success
     crawl = materialization(result, "crawl_results")

@@ -43,7 +43,7 @@ def test_check_credits_refuses_when_balance_cannot_cover_every_url(sessions):
     billing = Billing(sessions, enabled=True, micros_per_crawl=1000)
     workspace_id = make_workspace(sessions)
     billing.grant(workspace_id, 2999)
-    with pytest.raises(InsufficientCreditsError, match="out of crawl credit.*3 URLs need 3000"):
+    with pytest.raises(InsufficientCreditsError, match=r"out of crawl credit.*3 URLs need 3000"):
         billing.check_credits(workspace_id, 3)
     billing.check_credits(workspace_id, 2)
 

@@ -156,7 +156,7 @@ def test_exists_and_delete(store: BlobStore) -> None:
 
 
 def test_missing_key(store: BlobStore) -> None:
-    with pytest.raises(BlobNotFoundError, match="no/such.jsonl") as caught:
+    with pytest.raises(BlobNotFoundError, match=r"no/such\.jsonl") as caught:
         store.open_stream("no/such.jsonl")
     assert isinstance(caught.value, KeyError)
     assert caught.value.key == "no/such.jsonl"

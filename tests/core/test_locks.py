@@ -147,9 +147,8 @@ class LocksContract:
         assert locks.owner_of(name) == "two"
 
     def test_hold_rejects_a_renewal_interval_not_shorter_than_the_ttl(self, locks: Locks, name: str) -> None:
-        with pytest.raises(ValueError, match="renew_every"):
-            with locks.hold(name, "one", ttl_seconds=1, renew_every=1):
-                pytest.fail("the block ran")
+        with pytest.raises(ValueError, match="renew_every"), locks.hold(name, "one", ttl_seconds=1, renew_every=1):
+            pytest.fail("the block ran")
         assert not locks.is_locked(name)
 
     def test_ttl_must_be_positive(self, locks: Locks, name: str) -> None:

@@ -130,7 +130,7 @@ def test_a_host_is_looked_up_once_per_guard_even_when_asked_concurrently() -> No
 
 def test_an_unknown_host_is_unresolvable() -> None:
     guard = AddressGuard(NetworkPolicy(), resolver=StaticResolver({}))
-    with pytest.raises(UnresolvableHostError, match="could not resolve host 'nowhere.test'"):
+    with pytest.raises(UnresolvableHostError, match=r"could not resolve host 'nowhere\.test'"):
         asyncio.run(guard.addresses("nowhere.test"))
 
 

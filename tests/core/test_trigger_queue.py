@@ -75,7 +75,7 @@ def test_a_delivery_of_a_disabled_trigger_or_pipeline_is_taken_and_fires_nothing
 
 def test_takes_loop_over_batches_until_the_row_budget_is_spent(sessions):
     take_deliveries(sessions)  # what other tests left pending on a shared database
-    pipeline_id, ids = deliveries(sessions, 7)
+    _pipeline_id, ids = deliveries(sessions, 7)
     first = take_deliveries(sessions, budget=Budget(batch_size=2, max_rows=5))
     assert first.rows == 5 and [fire.delivery_id for fire in first.fires] == ids[:5]
     rest = take_deliveries(sessions, budget=Budget(batch_size=2))

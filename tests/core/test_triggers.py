@@ -326,12 +326,12 @@ def test_event_triggers_accept_only_documented_types(sessions, pipeline):
         )
         assert trigger.event_type == EventType.REFRESH_REQUESTED
     with (
-        pytest.raises(InvalidInputError, match="unknown event type 'page.updated'; use one of"),
+        pytest.raises(InvalidInputError, match=r"unknown event type 'page\.updated'; use one of"),
         transaction(sessions) as session,
     ):
         create_event_trigger(session, workspace_id=pipeline[0], pipeline_id=pipeline[1], event_type="page.updated")
     with (
-        pytest.raises(InvalidInputError, match="already has an event trigger for refresh.requested"),
+        pytest.raises(InvalidInputError, match=r"already has an event trigger for refresh\.requested"),
         transaction(sessions) as session,
     ):
         create_event_trigger(session, workspace_id=pipeline[0], pipeline_id=pipeline[1], event_type="refresh.requested")
@@ -350,7 +350,7 @@ def test_emit_event_validates_type_workspace_and_ids(sessions, pipeline):
         assert trigger_payload(session, event_id=event.id) == {"name": "a.pdf"}
     with pytest.raises(InvalidInputError, match="unknown event type"), transaction(sessions) as session:
         emit_event(session, workspace_id=pipeline[0], event_type="nope")
-    with pytest.raises(InvalidInputError, match="payload.connector_id"), transaction(sessions) as session:
+    with pytest.raises(InvalidInputError, match=r"payload\.connector_id"), transaction(sessions) as session:
         emit_event(
             session, workspace_id=pipeline[0], event_type="connector.urls_changed", payload={"connector_id": "7"}
         )

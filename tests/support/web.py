@@ -7,6 +7,7 @@ with WebServer() as web:
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import socketserver
 import sys
@@ -107,10 +108,8 @@ class WebServer:
         with self._lock:
             connections = list(self._connections)
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)  # wakes handlers parked on idle keep-alive connections
-            except OSError:
-                pass
         self._thread.join(timeout=5)
         self._httpd = None
 

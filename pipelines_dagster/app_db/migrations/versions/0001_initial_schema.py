@@ -246,7 +246,8 @@ def upgrade() -> None:
             "(kind = 'event') = (event_type IS NOT NULL)", name=op.f("ck_pipeline_triggers_event_type_iff_event")
         ),
         sa.CheckConstraint(
-            "kind != 'schedule' OR (cron IS NOT NULL AND timezone IS NOT NULL AND interval_minutes IS NULL) OR (cron IS NULL AND interval_minutes IS NOT NULL)",
+            "kind != 'schedule' OR (cron IS NOT NULL AND timezone IS NOT NULL AND interval_minutes IS NULL) "
+            "OR (cron IS NULL AND interval_minutes IS NOT NULL)",
             name=op.f("ck_pipeline_triggers_schedule_has_cron_or_interval"),
         ),
         sa.CheckConstraint(

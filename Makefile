@@ -9,7 +9,7 @@ DG := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/dg
 export PIPELINES_DATA_DIR ?= $(CURDIR)/.pipelines-data
 export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
 
-.PHONY: install install-dev run dev check-defs test bench
+.PHONY: install install-dev run dev check-defs lint test bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or 3.12 is needed, found " + sys.version.split()[0]) if sys.version_info[:2] not in ((3, 11), (3, 12)) else None'
@@ -47,6 +47,12 @@ dev: install-dev $(DAGSTER_HOME)/dagster.yaml
 check-defs: install-dev $(DAGSTER_HOME)/dagster.yaml
 	$(DG) check defs
 	$(DG) list defs
+
+# Lint, format check and type check over the whole tree (strict on core/); CI runs it before the tests.
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

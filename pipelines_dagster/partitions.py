@@ -6,11 +6,9 @@ from collections.abc import Iterable
 
 import dagster as dg
 
+from pipelines_dagster.runs import partition_key
+
 pipelines_partitions = dg.DynamicPartitionsDefinition(name="pipelines")
-
-
-def partition_key(pipeline_id: int) -> str:
-    return str(pipeline_id)
 
 
 def add_pipeline_partitions(instance: dg.DagsterInstance, pipeline_ids: Iterable[int]) -> None:

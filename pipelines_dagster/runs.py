@@ -14,7 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from pipelines_dagster.partitions import partition_key
+
+def partition_key(pipeline_id: int) -> str:
+    """The key of a pipeline's partition of every pipeline asset: its id."""
+    return str(pipeline_id)
 
 
 class Trigger(enum.StrEnum):

@@ -46,6 +46,7 @@ import httpx
 from _corpus import REPO, EmbeddedHome, KiB, MiB, OtherLoad, served, write_docs_site
 
 from pipelines_dagster.core.blob import LocalBlobStore
+from pipelines_dagster.core.crawl_record import read_crawl
 from pipelines_dagster.core.extract import extract_page
 
 SEED = 20240603
@@ -203,8 +204,7 @@ def blob_lines(home: EmbeddedHome, run: Run) -> dict[str, list[Any]]:
         return {}
     store = LocalBlobStore(home.settings.blob_dir)
     return {
-        record["url"]: [record["status"], record["content_hash"], bool(record["content"])]
-        for record in store.read_jsonl(blob_key)
+        record.url: [record.status, record.content_hash, bool(record.content)] for record in read_crawl(store, blob_key)
     }
 
 

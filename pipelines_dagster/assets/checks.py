@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.blob import BlobNotFoundError
+from pipelines_dagster.core.crawl_record import CrawlRecordError, read_crawl
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -69,11 +70,13 @@ def blob_readable(
         return _no_crawl(partition_key, dg.AssetCheckSeverity.ERROR)
     blob_key = crawl.blob_key
     try:
-        records = sum(1 for _ in blob_store.store().read_jsonl(blob_key))
+        records = sum(1 for _ in read_crawl(blob_store.store(), blob_key))
     except BlobNotFoundError:
         problem = "is missing from the blob store; re-run crawl_results to store a new crawl"
     except json.JSONDecodeError as exc:  # orjson reports bad UTF-8 this way too
         problem = f"is not valid JSON Lines ({exc}); re-run crawl_results to replace it"
+    except CrawlRecordError as exc:
+        problem = f"holds a line that is not a crawl record ({exc}); re-run crawl_results to replace it"
     else:
         expected = crawl.urls_attempted
         problem = None if records == expected else f"holds {records} records, the crawl attempted {expected} URLs"

@@ -9,6 +9,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl
+from pipelines_dagster.core.crawl_record import read_crawl
 from pipelines_dagster.core.kb_index import Destination, index_crawl
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import pipelines_partitions
@@ -38,7 +39,7 @@ def index_partition(
         connector_id=pipeline.connector_id,
         folder_id=pipeline.destination_folder_id,
     )
-    stats = index_crawl(app_db.sessions, destination, lambda: store.read_jsonl(blob_key))
+    stats = index_crawl(app_db.sessions, destination, lambda: read_crawl(store, blob_key))
     return {
         "documents_created": stats.created,
         "documents_updated": stats.updated,

@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl
+from pipelines_dagster.core.crawl_record import read_crawl
 from pipelines_dagster.core.page_changes import ChangeCounts, record_changes
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import pipelines_partitions
@@ -37,7 +38,7 @@ def changes_partition(
         workspace_id=pipeline.workspace_id,
         pipeline_id=pipeline.id,
         run_id=crawl_run_id,
-        records=blob_store.store().read_jsonl(blob_key),
+        records=read_crawl(blob_store.store(), blob_key),
     )
     return {
         "pages_new": counts.new,

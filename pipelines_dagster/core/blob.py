@@ -11,7 +11,7 @@ import os
 import re
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -153,8 +153,8 @@ class BlobStore(ABC):
     def url(self, key: str) -> str:
         """Where the object lives, for display (file:// or s3://)."""
 
-    def write_jsonl(self, key: str, records: Iterable[Mapping[str, Any]]) -> int:
-        """Store one JSON object per line (UTF-8, compact); return the byte count."""
+    def write_jsonl(self, key: str, records: Iterable[object]) -> int:
+        """Store one JSON object per line (UTF-8, compact): mappings or dataclasses; return the byte count."""
         # orjson: a crawl's lines are mostly page text, which it encodes several times faster than json.
         lines = (orjson.dumps(record) + b"\n" for record in records)
         return self.write_stream(key, lines, content_type=JSONL_CONTENT_TYPE)

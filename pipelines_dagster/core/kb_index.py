@@ -9,10 +9,9 @@ empty page marks its document failed but keeps its last good content.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -20,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import dialect_insert
 from pipelines_dagster.app_db.models import Document, DocumentState
+from pipelines_dagster.core.crawl_record import CrawlRecord
 
 DOCUMENT_TYPE = "CRAWLED_URL"
 DEFAULT_BATCH_SIZE = 500
@@ -51,7 +51,7 @@ class Destination:
     """None is the workspace root."""
 
 
-def _batches(records: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[Mapping[str, Any]]]:
+def _batches(records: Iterable[CrawlRecord], size: int) -> Iterator[list[CrawlRecord]]:
     iterator = iter(records)
     while batch := list(islice(iterator, size)):
         yield batch
@@ -60,7 +60,7 @@ def _batches(records: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[M
 def index_crawl(
     sessions: sessionmaker[Session],
     destination: Destination,
-    records: Callable[[], Iterable[Mapping[str, Any]]],
+    records: Callable[[], Iterable[CrawlRecord]],
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> IndexStats:
@@ -71,12 +71,12 @@ def index_crawl(
         with sessions() as session, session.begin():
             by_identity = _documents(session, destination.workspace_id, batch)
             for record in batch:
-                document = by_identity[document_identity(record["url"], destination.workspace_id)]
-                if record["status"] == "success":
+                document = by_identity[document_identity(record.url, destination.workspace_id)]
+                if record.succeeded:
                     _apply_content(document, record, destination, stats)
                 else:
                     document.status_state = DocumentState.FAILED.value
-                    document.status_reason = record.get("error") or f"crawl ended {record['status']}"
+                    document.status_reason = record.error or f"crawl ended {record.status}"
                     stats.failed += 1
     return stats
 
@@ -84,12 +84,12 @@ def index_crawl(
 def _create_pending(
     sessions: sessionmaker[Session],
     destination: Destination,
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[CrawlRecord],
     batch_size: int,
 ) -> None:
     """Insert pending rows for URLs the workspace has no document for."""
     for batch in _batches(records, batch_size):
-        identities = {document_identity(record["url"], destination.workspace_id): record["url"] for record in batch}
+        identities = {document_identity(record.url, destination.workspace_id): record.url for record in batch}
         with sessions() as session, session.begin():
             # On a re-crawl every document exists already: look before inserting anything.
             existing = set(
@@ -121,9 +121,9 @@ def _create_pending(
                 session.execute(insert, rows)
 
 
-def _documents(session: Session, workspace_id: int, batch: list[Mapping[str, Any]]) -> dict[str, Document]:
+def _documents(session: Session, workspace_id: int, batch: list[CrawlRecord]) -> dict[str, Document]:
     """The batch's documents, without their content: an unchanged page only compares hashes."""
-    identities = [document_identity(record["url"], workspace_id) for record in batch]
+    identities = [document_identity(record.url, workspace_id) for record in batch]
     documents = session.scalars(
         sa.select(Document)
         .where(Document.unique_identifier_hash.in_(identities))
@@ -134,14 +134,14 @@ def _documents(session: Session, workspace_id: int, batch: list[Mapping[str, Any
 
 def _apply_content(
     document: Document,
-    record: Mapping[str, Any],
+    record: CrawlRecord,
     destination: Destination,
     stats: IndexStats,
 ) -> None:
     # A document that never held content (pending, or failed until now) is created by this crawl.
     is_new = document.content_hash is None
-    content = record.get("content") or ""
-    digest = record.get("content_hash") or content_hash(content)
+    content = record.content
+    digest = record.content_hash or content_hash(content)
     if (
         not is_new
         and document.content_hash == digest
@@ -150,10 +150,10 @@ def _apply_content(
     ):
         stats.unchanged += 1
         return
-    metadata = dict(record.get("metadata") or {})
+    metadata = dict(record.metadata)
     document.content = content
     document.content_hash = digest
-    document.title = metadata.get("title") or record["url"]
+    document.title = metadata.get("title") or record.url
     document.document_metadata = metadata
     document.status_state = DocumentState.READY.value
     document.status_reason = None

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import pydantic
 import sqlalchemy as sa
@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange, PageChangeStatus, PageState
+from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, content_hash
 
 Observation = Literal["seen", "gone", "skipped"]
@@ -60,10 +61,10 @@ class ChangeCounts:
     changes: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _observation(record: Mapping[str, Any]) -> Observation:
-    if record.get("status") == "success":
+def _observation(record: CrawlRecord) -> Observation:
+    if record.succeeded:
         return "seen"
-    if record.get("http_status") in GONE_HTTP_STATUSES:
+    if record.http_status in GONE_HTTP_STATUSES:
         return "gone"
     return "skipped"
 
@@ -74,7 +75,7 @@ def record_changes(
     workspace_id: int,
     pipeline_id: int,
     run_id: str,
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[CrawlRecord],
     now: datetime | None = None,
 ) -> ChangeCounts:
     """Compare a crawl's records with each page's last good observation and append the timeline rows.
@@ -92,7 +93,7 @@ def record_changes(
         documents = _document_ids(session, workspace_id)
         seen: set[str] = set()
         for record in records:
-            url = record["url"]
+            url = record.url
             key = content_hash(url)
             if key in seen:
                 continue
@@ -109,7 +110,7 @@ def record_changes(
                 if state is not None and state.content_hash is not None:
                     _remove(session, state, run_id, documents.get(url), now, counts)
                 continue
-            content = normalize(record.get("content") or "")
+            content = normalize(record.content)
             digest = content_hash(content)
             if state is None:
                 state = PageState(

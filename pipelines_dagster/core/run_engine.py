@@ -26,6 +26,7 @@ from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline
 from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
+from pipelines_dagster.core.crawl_record import CrawlRecord, read_crawl, write_crawl
 from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.core.retry import RetryPolicy
@@ -109,19 +110,18 @@ class CrawlReport:
     """(url, reason) of the first FAILED_URLS_SHOWN URLs that did not succeed."""
     lock_lost: bool = False
 
-    def count(self, record: Mapping[str, Any]) -> None:
+    def count(self, record: CrawlRecord) -> None:
         self.attempted += 1
-        status = record["status"]
-        if status == "success":
+        if record.succeeded:
             self.succeeded += 1
-            self.unchanged += bool(record.get("unchanged"))
+            self.unchanged += record.unchanged
             return
-        if status == "empty":
+        if record.status == "empty":
             self.empty += 1
         else:
             self.failed += 1
         if len(self.failed_urls) < FAILED_URLS_SHOWN:
-            self.failed_urls.append((record["url"], record.get("error") or status))
+            self.failed_urls.append((record.url, record.error or record.status))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,23 +150,22 @@ class PreviousCrawl:
     that do (SQLite's, a file's) queued behind the crawl's thread at every page of a re-crawl.
     """
 
-    def __init__(self, records: Iterable[Mapping[str, Any]] | None = None) -> None:
+    def __init__(self, records: Iterable[CrawlRecord] | None = None) -> None:
         self.hints: dict[str, PreviousFetch] = {}
         self._spans: dict[str, tuple[int, int]] = {}
         # Deleted when closed, or by the system if the process dies first.
         self._file = tempfile.TemporaryFile(prefix="previous-crawl-")  # noqa: SIM115 (closed by close())
         for record in records or ():
-            if record.get("status") != "success":
+            if not record.succeeded:
                 continue
-            url = record["url"]
-            self.hints[url] = PreviousFetch(
-                etag=record.get("etag"),
-                last_modified=record.get("last_modified"),
-                raw_hash=record.get("raw_hash"),
-                content_hash=record.get("content_hash"),
+            self.hints[record.url] = PreviousFetch(
+                etag=record.etag,
+                last_modified=record.last_modified,
+                raw_hash=record.raw_hash,
+                content_hash=record.content_hash,
             )
-            stored = orjson.dumps([record.get("content") or "", record.get("metadata") or {}])
-            self._spans[url] = (self._file.tell(), len(stored))
+            stored = orjson.dumps([record.content, record.metadata])
+            self._spans[record.url] = (self._file.tell(), len(stored))
             self._file.write(stored)
         self._file.flush()
         size = self._file.tell()
@@ -193,36 +192,17 @@ class PreviousCrawl:
         self._file.close()
 
 
-def outcome_record(outcome: CrawlOutcome, previous: PreviousCrawl) -> dict[str, Any]:
-    """The JSON line stored for one URL; an unchanged page carries its previous content forward."""
-    record: dict[str, Any] = {
-        "url": outcome.url,
-        "final_url": outcome.final_url,
-        "status": outcome.status,
-        "content": outcome.content,
-        "metadata": outcome.metadata,
-        "error": outcome.error,
-        "http_status": outcome.http_status,
-        "content_hash": outcome.content_hash,
-        "raw_hash": outcome.raw_hash,
-        "etag": outcome.etag,
-        "last_modified": outcome.last_modified,
-        "unchanged": outcome.unchanged,
-        "attempts": outcome.attempts,
-        "elapsed_seconds": round(outcome.elapsed, 3),
-        "fetched_at": outcome.fetched_at.isoformat(),
-    }
-    if outcome.unchanged:
-        record["content"], record["metadata"] = previous.stored(outcome.url) or ("", {})
-    return record
+def outcome_record(outcome: CrawlOutcome, previous: PreviousCrawl) -> CrawlRecord:
+    """The record stored for one URL; an unchanged page carries its previous content forward."""
+    return CrawlRecord.of_outcome(outcome, previous=previous.stored(outcome.url) if outcome.unchanged else None)
 
 
-def _stored_records(blob_store: BlobStore, key: str | None) -> Iterator[dict[str, Any]] | None:
+def _stored_records(blob_store: BlobStore, key: str | None) -> Iterator[CrawlRecord] | None:
     """A stored crawl's records; None when there is none (first crawl, or pruned by retention)."""
     if key is None:
         return None
     try:
-        return blob_store.read_jsonl(key)
+        return read_crawl(blob_store, key)
     except BlobNotFoundError:
         return None
 
@@ -377,7 +357,7 @@ def execute_crawl(
 
         every = PROGRESS_EVERY_SECONDS if progress_every_seconds is None else progress_every_seconds
 
-        def records() -> Iterator[dict[str, Any]]:
+        def records() -> Iterator[CrawlRecord]:
             next_progress = started + every
             for outcome in iter_crawl(crawler, plan.urls, previous=previous.hints):
                 record = outcome_record(outcome, previous)
@@ -395,7 +375,7 @@ def execute_crawl(
                     )
 
         with _collector_off_old_objects():
-            report.bytes_written = blob_store.write_jsonl(key, records())
+            report.bytes_written = write_crawl(blob_store, key, records())
         charge = billing.charge(
             plan.workspace_id,
             billing.successes_to_micros(report.succeeded),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ class BlobStoreResource(dg.ConfigurableResource, ABC):
     ) -> int:
         return self.store().write_stream(key, chunks, content_type=content_type)
 
-    def write_jsonl(self, key: str, records: Iterable[Mapping[str, Any]]) -> int:
+    def write_jsonl(self, key: str, records: Iterable[object]) -> int:
         return self.store().write_jsonl(key, records)
 
     def open_stream(self, key: str, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[bytes]:

@@ -8,6 +8,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, Folder, Pipeline, Workspace
+from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.kb_index import Destination, content_hash, index_crawl
 
 
@@ -23,15 +24,15 @@ def setup(sessions) -> Destination:
         return Destination(workspace_id=workspace.id, pipeline_id=pipeline.id, connector_id=None, folder_id=folder.id)
 
 
-def page(url: str, content: str | None, *, status: str = "success", error: str | None = None) -> dict:
-    return {
-        "url": url,
-        "status": status,
-        "content": content,
-        "metadata": {"title": f"Title of {url}"} if content else {},
-        "error": error,
-        "content_hash": content_hash(content) if content else None,
-    }
+def page(url: str, content: str | None, *, status: str = "success", error: str | None = None) -> CrawlRecord:
+    return CrawlRecord(
+        url=url,
+        status=status,
+        content=content or "",
+        metadata={"title": f"Title of {url}"} if content else {},
+        error=error,
+        content_hash=content_hash(content) if content else None,
+    )
 
 
 def documents(sessions, workspace_id: int) -> dict[str, Document]:

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, PageState, Pipeline
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.kb_index import content_hash
 from pipelines_dagster.core.page_changes import (
     list_changes,
@@ -21,12 +22,12 @@ from pipelines_dagster.core.page_changes import (
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def ok(url: str, content: str) -> dict:
-    return {"url": url, "status": "success", "content": content, "http_status": 200}
+def ok(url: str, content: str) -> CrawlRecord:
+    return CrawlRecord(url=url, status="success", content=content, http_status=200)
 
 
-def failed(url: str, http_status: int | None) -> dict:
-    return {"url": url, "status": "failed", "content": "", "http_status": http_status, "error": "boom"}
+def failed(url: str, http_status: int | None) -> CrawlRecord:
+    return CrawlRecord(url=url, status="failed", http_status=http_status, error="boom")
 
 
 @pytest.fixture

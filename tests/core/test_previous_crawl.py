@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import random
 
+from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.crawl_types import PreviousFetch
 from pipelines_dagster.core.run_engine import PreviousCrawl
 
 
-def record(url: str, status: str = "success", **fields) -> dict:
-    return {"url": url, "status": status, **fields}
+def record(url: str, status: str = "success", **fields) -> CrawlRecord:
+    return CrawlRecord(url=url, status=status, **fields)
 
 
 def test_every_stored_page_comes_back_exactly_in_any_order():

@@ -1,0 +1,94 @@
+"""The crawl record: the JSON line a crawl stores for each URL, written and read only through here.
+
+The run engine writes one per URL into the crawl's blob; the KB index, the page-change timeline,
+the next crawl's conditional GETs and the checks read them back as `CrawlRecord`s, so a renamed
+or retyped field is a change to this module and a type error everywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, get_args
+
+from pipelines_dagster.core.blob import BlobStore
+from pipelines_dagster.core.crawl_types import CrawlOutcome, CrawlStatus
+
+STATUSES: frozenset[str] = frozenset(get_args(CrawlStatus))
+
+
+class CrawlRecordError(ValueError):
+    """A stored line that is not a crawl record; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrawlRecord:
+    """One URL of a crawl as stored. `content` and `metadata` of an unchanged page are the previous
+    crawl's, carried forward; `error` says why a URL is `failed` or `empty`."""
+
+    url: str
+    status: CrawlStatus
+    final_url: str | None = None
+    content: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    http_status: int | None = None
+    content_hash: str | None = None
+    raw_hash: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    unchanged: bool = False
+    attempts: int = 1
+    elapsed_seconds: float = 0.0
+    fetched_at: str | None = None
+    """ISO 8601, when the URL's crawl started."""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "success"
+
+    @classmethod
+    def of_outcome(cls, outcome: CrawlOutcome, *, previous: tuple[str, dict[str, Any]] | None = None) -> CrawlRecord:
+        """The record of a crawled URL; `previous` is the (content, metadata) an unchanged page carries forward."""
+        content, metadata = (previous or ("", {})) if outcome.unchanged else (outcome.content, dict(outcome.metadata))
+        return cls(
+            url=outcome.url,
+            final_url=outcome.final_url,
+            status=outcome.status,
+            content=content,
+            metadata=metadata,
+            error=outcome.error,
+            http_status=outcome.http_status,
+            content_hash=outcome.content_hash,
+            raw_hash=outcome.raw_hash,
+            etag=outcome.etag,
+            last_modified=outcome.last_modified,
+            unchanged=outcome.unchanged,
+            attempts=outcome.attempts,
+            elapsed_seconds=round(outcome.elapsed, 3),
+            fetched_at=outcome.fetched_at.isoformat(),
+        )
+
+    @classmethod
+    def read(cls, line: Mapping[str, Any]) -> CrawlRecord:
+        """A stored line as a record; fields an older release did not write take their defaults."""
+        url, status = line.get("url"), line.get("status")
+        if not isinstance(url, str) or not url:
+            raise CrawlRecordError(f"a crawl record needs a 'url' string, got {url!r}")
+        if status not in STATUSES:
+            raise CrawlRecordError(f"crawl record of {url}: 'status' must be one of {sorted(STATUSES)}, got {status!r}")
+        values = {name: line[name] for name in _OPTIONAL if line.get(name) is not None}
+        return cls(url=url, status=status, **values)
+
+
+_OPTIONAL = tuple(f.name for f in fields(CrawlRecord) if f.name not in ("url", "status"))
+
+
+def write_crawl(store: BlobStore, key: str, records: Iterable[CrawlRecord]) -> int:
+    """Store a crawl's records, one JSON line each (orjson encodes the dataclass); the byte count."""
+    return store.write_jsonl(key, records)
+
+
+def read_crawl(store: BlobStore, key: str) -> Iterator[CrawlRecord]:
+    """A stored crawl's records, a chunk at a time; BlobNotFoundError when absent, CrawlRecordError on a bad line."""
+    return map(CrawlRecord.read, store.read_jsonl(key))

@@ -1,0 +1,64 @@
+"""The crawl record: what the run engine stores per URL is what every reader gets back."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+
+from pipelines_dagster.core.blob import LocalBlobStore
+from pipelines_dagster.core.crawl_record import CrawlRecord, CrawlRecordError, read_crawl, write_crawl
+from pipelines_dagster.core.crawl_types import CrawlOutcome
+
+FETCHED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def outcome(url: str, **fields) -> CrawlOutcome:
+    values = {"final_url": url, "status": "success", "fetched_at": FETCHED, "elapsed": 0.1234, "attempts": 1}
+    return CrawlOutcome(url=url, **(values | fields))
+
+
+def test_records_round_trip_through_the_blob_as_one_json_line_each(tmp_path):
+    store = LocalBlobStore(tmp_path)
+    records = [
+        CrawlRecord.of_outcome(
+            outcome("https://a.example/1", content="# One ✓", metadata={"title": "One"}, content_hash="h1", etag='"e"')
+        ),
+        CrawlRecord.of_outcome(outcome("https://a.example/2", status="failed", http_status=404, error="HTTP 404")),
+    ]
+    size = write_crawl(store, "run/result.jsonl", records)
+    raw = b"".join(store.open_stream("run/result.jsonl"))
+    assert size == len(raw) and raw.count(b"\n") == 2
+    assert orjson.loads(raw.splitlines()[0])["fetched_at"] == FETCHED.isoformat()
+    assert list(read_crawl(store, "run/result.jsonl")) == records
+
+
+def test_an_unchanged_page_carries_the_previous_content_and_a_changed_one_its_own():
+    unchanged = outcome("https://a.example/u", unchanged=True, content="", metadata={})
+    carried = CrawlRecord.of_outcome(unchanged, previous=("old text", {"title": "Old"}))
+    assert (carried.content, carried.metadata, carried.unchanged) == ("old text", {"title": "Old"}, True)
+    assert CrawlRecord.of_outcome(unchanged).content == ""  # nothing stored before: nothing to carry
+    fresh = CrawlRecord.of_outcome(outcome("https://a.example/c", content="new"), previous=("old", {}))
+    assert fresh.content == "new"
+    assert fresh.elapsed_seconds == 0.123
+
+
+def test_a_line_written_by_an_older_release_reads_with_defaults_and_ignores_unknown_keys():
+    record = CrawlRecord.read({"url": "https://a.example/x", "status": "empty", "content": None, "legacy": 1})
+    assert record == CrawlRecord(url="https://a.example/x", status="empty")
+    assert not record.succeeded and record.content == "" and record.metadata == {}
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ({"status": "success"}, "'url'"),
+        ({"url": 7, "status": "success"}, "'url'"),
+        ({"url": "https://a.example/x"}, "'status'"),
+        ({"url": "https://a.example/x", "status": "done"}, "'status'"),
+    ],
+)
+def test_a_line_that_is_not_a_crawl_record_is_refused_naming_the_field(line, field):
+    with pytest.raises(CrawlRecordError, match=field):
+        CrawlRecord.read(line)

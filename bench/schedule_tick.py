@@ -99,7 +99,7 @@ def fill(engine: sa.Engine, total: int, now: datetime) -> None:
 
 def one_tick(url: str, instance: dg.DagsterInstance) -> tuple[float, int, int]:
     """(seconds, pipelines fired, runs requested) of one tick with the default run batch size."""
-    sensor = build_schedule_sensor(batch_size=500, run_batch_size=Settings().run_batch_size)
+    sensor = build_schedule_sensor(Settings(schedule_batch_size=500))
     with dg.build_sensor_context(
         instance=instance, instance_ref=instance.get_ref(), resources={"app_db": AppDatabaseResource(url=url)}
     ) as context:

@@ -15,11 +15,11 @@ from pipelines_dagster.batch import pipeline_batch
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources import build_resources
 from pipelines_dagster.schedules import build_maintenance_schedule, maintenance
-from pipelines_dagster.sensors.events import pipeline_events
+from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from pipelines_dagster.sensors.run_status import lock_release_sensors
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
-from pipelines_dagster.sensors.webhooks import pipeline_webhooks
+from pipelines_dagster.sensors.webhooks import build_webhook_sensor
 from pipelines_dagster.settings import load_settings
 
 # Settings are read at load time so a bad PIPELINES_* value fails the code location
@@ -31,9 +31,9 @@ defs = dg.Definitions(
     jobs=[pipeline_run, pipeline_batch, maintenance],
     schedules=[build_maintenance_schedule(retention_days=settings.retention_days)],
     sensors=[
-        build_schedule_sensor(batch_size=settings.schedule_batch_size, run_batch_size=settings.run_batch_size),
-        pipeline_webhooks,
-        pipeline_events,
+        build_schedule_sensor(settings),
+        build_webhook_sensor(settings),
+        build_event_sensor(settings),
         pipeline_partitions_sync,
         *lock_release_sensors,
     ],

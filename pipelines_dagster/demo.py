@@ -127,7 +127,7 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url
         else:
             # The site's port may differ from the last demo's.
             connector = session.get(Connector, pipeline.connector_id)
-            connector.config = {**connector.config, "INITIAL_URLS": urls}
+            catalog.set_initial_urls(connector, urls)
         return DemoPipeline(workspace.id, pipeline.id, token)
 
 

@@ -10,6 +10,8 @@ from urllib.parse import urlparse
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipelines_dagster.core.fires import Budget
+
 ENV_PREFIX = "PIPELINES_"
 
 
@@ -38,7 +40,15 @@ class Settings(BaseSettings):
     locks: str = Field(default="database", description="'database' or a redis:// URL.")
     billing_enabled: bool = False
     micros_per_crawl: int = Field(default=1000, ge=0)
-    schedule_batch_size: int = Field(default=500, ge=1, description="Due triggers claimed per batch.")
+    schedule_batch_size: int = Field(default=500, ge=1, description="Due schedule triggers claimed per transaction.")
+    trigger_batch_size: int = Field(
+        default=500, ge=1, description="Webhook deliveries or domain events taken per transaction."
+    )
+    trigger_max_per_tick: int = Field(
+        default=5000,
+        ge=1,
+        description="Webhook deliveries or domain events taken per sensor tick; the rest wait for the next tick.",
+    )
     run_batch_size: int = Field(
         default=20,
         ge=1,
@@ -105,6 +115,16 @@ class Settings(BaseSettings):
             except ValueError:
                 raise ValueError(f"{network!r} is not a network; write CIDRs like 127.0.0.1/32,10.20.0.0/16") from None
         return value
+
+    @property
+    def trigger_budget(self) -> Budget:
+        """What one webhook or event sensor tick takes."""
+        return Budget(batch_size=self.trigger_batch_size, max_rows=self.trigger_max_per_tick)
+
+    @property
+    def schedule_budget(self) -> Budget:
+        """What one schedule sensor tick claims: every due trigger, within the time budget."""
+        return Budget(batch_size=self.schedule_batch_size, max_rows=None)
 
     @cached_property
     def allowed_networks(self) -> tuple[str, ...]:

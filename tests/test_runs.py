@@ -42,7 +42,7 @@ def test_each_fire_carries_its_run_key_and_tags_without_a_dagster_instance():
     from pipelines_dagster.core.trigger_queue import DeliveryFire, EventFire
 
     at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-    schedule = Fire(trigger_id=4, pipeline_id=7, workspace_id=3, scheduled_for=at, pipeline_enabled=True)
+    schedule = Fire(trigger_id=4, pipeline_id=7, workspace_id=3, scheduled_for=at)
     assert schedule.run_key == "schedule:4:2026-12-01T09:00:00+00:00"
     assert schedule.tags == {
         "pipeline_id": "7",

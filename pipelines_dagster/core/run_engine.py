@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline
 from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
+from pipelines_dagster.core.catalog import initial_urls
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.crawl_record import CrawlRecord, read_crawl, write_crawl
 from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
@@ -73,8 +74,7 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         raise RunRefused(f"{ineligible_reason(connector.connector_type)} any more; the run is not started")
     if connector.connector_type != ConnectorType.WEBCRAWLER.value:
         raise RunRefused(f"executor not implemented for {connector.connector_type}")
-    # A pipeline's own INITIAL_URLS override the connector's.
-    urls = pipeline.config.get("INITIAL_URLS") or connector.config.get("INITIAL_URLS") or []
+    urls = initial_urls(pipeline) or initial_urls(connector) or []
     if not urls:
         raise RunRefused("no URLs to crawl")
     return RunPlan(

@@ -3,13 +3,12 @@
 Rows are claimed with FOR UPDATE SKIP LOCKED on PostgreSQL, so concurrent ticks
 claim disjoint rows; SQLite serializes writers, which makes the same code a
 serial fallback. Missed fires are not caught up: a trigger is advanced to its
-next match after now, however late the tick is.
+next match after now, however late the tick is, and a trigger of a disabled
+pipeline is advanced without a fire.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,12 +16,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, TriggerKind
+from pipelines_dagster.core.fires import Budget, Taken, take_within
 from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.runs import Trigger, run_tags, schedule_run_key, schedule_tags
 
-DEFAULT_BATCH_SIZE = 500
-DEFAULT_TIME_BUDGET_SECONDS = 30.0
+# Every due trigger is claimed in the tick it falls due (no cap on rows), within the time budget;
+# the sensor's comes from settings.
+SCHEDULE_BUDGET = Budget(max_rows=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +34,6 @@ class Fire:
     pipeline_id: int
     workspace_id: int
     scheduled_for: datetime
-    pipeline_enabled: bool
 
     @property
     def run_key(self) -> str:
@@ -106,40 +106,34 @@ def due_query(*, now: datetime, batch_size: int) -> sa.Select:
     )
 
 
-def claim_due(sessions: sessionmaker[Session], *, now: datetime, batch_size: int) -> tuple[list[Fire], int]:
-    """Claim one batch of due triggers, advance them and commit: the fires owed, and rows claimed."""
+def claim_due(sessions: sessionmaker[Session], *, limit: int, now: datetime) -> Taken[Fire]:
+    """Claim up to `limit` due triggers, advance them and commit: the fires their enabled pipelines are owed."""
     with sessions() as session, session.begin():
-        rows = session.execute(due_query(now=now, batch_size=batch_size)).all()
-        fires = []
+        rows = session.execute(due_query(now=now, batch_size=limit)).all()
+        taken: Taken[Fire] = Taken(rows=len(rows))
         for trigger, pipeline_enabled in rows:
             scheduled_for = trigger.next_fire_at
-            if _advance(trigger, now):
-                trigger.last_fired_at = now
-                fires.append(
-                    Fire(
-                        trigger_id=trigger.id,
-                        pipeline_id=trigger.pipeline_id,
-                        workspace_id=trigger.workspace_id,
-                        scheduled_for=scheduled_for,
-                        pipeline_enabled=pipeline_enabled,
-                    )
+            if not _advance(trigger, now):
+                taken.skipped += 1  # an invalid schedule: the trigger is disabled with the reason
+                continue
+            trigger.last_fired_at = now
+            if not pipeline_enabled:
+                taken.skipped += 1
+                continue
+            taken.fires.append(
+                Fire(
+                    trigger_id=trigger.id,
+                    pipeline_id=trigger.pipeline_id,
+                    workspace_id=trigger.workspace_id,
+                    scheduled_for=scheduled_for,
                 )
-        return fires, len(rows)
+            )
+        return taken
 
 
-def due_fires(
-    sessions: sessionmaker[Session],
-    *,
-    now: datetime | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    time_budget_seconds: float = DEFAULT_TIME_BUDGET_SECONDS,
-) -> Iterator[Fire]:
-    """Claim batches until nothing is due or the time budget is spent; each batch is committed first."""
-    moment = now or datetime.now(UTC)
-    deadline = time.monotonic() + time_budget_seconds
-    heal_missing_next_fire(sessions, now=moment, batch_size=batch_size)
-    while time.monotonic() < deadline:
-        fires, claimed = claim_due(sessions, now=moment, batch_size=batch_size)
-        yield from fires
-        if claimed < batch_size:
-            return
+def take_due(
+    sessions: sessionmaker[Session], *, now: datetime | None = None, budget: Budget = SCHEDULE_BUDGET
+) -> Taken[Fire]:
+    """Claim due triggers in batches until none is due or the budget is spent; each batch commits first."""
+    heal_missing_next_fire(sessions, now=now or datetime.now(UTC), batch_size=budget.batch_size)
+    return take_within(claim_due, sessions, now=now, budget=budget)

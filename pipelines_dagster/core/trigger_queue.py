@@ -15,27 +15,17 @@ that timeout, and each commit is the last thing before its fires are returned.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, TriggerKind, WebhookDelivery
+from pipelines_dagster.core.fires import DEFAULT_BUDGET, Budget, Taken, take_within
 from pipelines_dagster.runs import Trigger, event_run_key, event_tags, run_tags, webhook_run_key, webhook_tags
-
-
-@dataclass(frozen=True, kw_only=True)
-class Budget:
-    """How much one tick takes: rows per batch (a transaction each), rows in all, and seconds."""
-
-    batch_size: int = 500
-    max_rows: int = 5_000
-    # Well inside Dagster's default 60 s sensor evaluation timeout.
-    seconds: float = 20.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,24 +72,6 @@ class EventFire:
             trigger=Trigger.EVENT,
             **event_tags(self.event_id, self.event_type),
         )
-
-
-FireT = TypeVar("FireT", DeliveryFire, EventFire)
-
-
-@dataclass(kw_only=True)
-class Taken(Generic[FireT]):
-    """What a take marked: the fires owed, the rows marked, and how many of those fire nothing."""
-
-    fires: list[FireT] = field(default_factory=list)
-    rows: int = 0
-    skipped: int = 0
-    """Rows whose trigger or pipeline is disabled, or events no enabled subscriber is concerned by."""
-
-    def add(self, other: Taken[FireT]) -> None:
-        self.fires += other.fires
-        self.rows += other.rows
-        self.skipped += other.skipped
 
 
 def concerns(payload: Mapping[str, Any], *, pipeline_id: int, connector_id: int | None) -> bool:
@@ -198,32 +170,15 @@ def take_event_batch(sessions: sessionmaker[Session], *, limit: int, now: dateti
     return taken
 
 
-def _take(
-    take_batch: Callable[..., Taken[FireT]], sessions: sessionmaker[Session], *, now: datetime | None, budget: Budget
-) -> Taken[FireT]:
-    """Take batches until none is pending or the budget is spent; each batch commits on its own."""
-    moment = now or datetime.now(UTC)
-    deadline = time.monotonic() + budget.seconds
-    total: Taken[FireT] = Taken()
-    while total.rows < budget.max_rows and time.monotonic() < deadline:
-        limit = min(budget.batch_size, budget.max_rows - total.rows)
-        batch = take_batch(sessions, limit=limit, now=moment)
-        total.add(batch)
-        # Fewer than asked: nothing else pending, or the rest locked by a concurrent tick that takes it.
-        if batch.rows < limit:
-            break
-    return total
-
-
 def take_deliveries(
-    sessions: sessionmaker[Session], *, now: datetime | None = None, budget: Budget = Budget()
+    sessions: sessionmaker[Session], *, now: datetime | None = None, budget: Budget = DEFAULT_BUDGET
 ) -> Taken[DeliveryFire]:
     """Every pending webhook delivery within the budget, marked requested: the runs they owe."""
-    return _take(take_delivery_batch, sessions, now=now, budget=budget)
+    return take_within(take_delivery_batch, sessions, now=now, budget=budget)
 
 
 def take_events(
-    sessions: sessionmaker[Session], *, now: datetime | None = None, budget: Budget = Budget()
+    sessions: sessionmaker[Session], *, now: datetime | None = None, budget: Budget = DEFAULT_BUDGET
 ) -> Taken[EventFire]:
     """Every pending domain event within the budget, marked requested: the runs they owe."""
-    return _take(take_event_batch, sessions, now=now, budget=budget)
+    return take_within(take_event_batch, sessions, now=now, budget=budget)

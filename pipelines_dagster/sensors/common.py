@@ -1,28 +1,30 @@
-"""What every trigger sensor needs: which pipelines are busy, and run requests for the fires core/ returns."""
+"""The one trigger sensor: each kind of trigger is this shell over the core/ function that takes its fires.
 
-from collections.abc import Iterable, Mapping
-from typing import Protocol
+A tick reads what it needs from the instance first (known partitions, busy pipelines), then takes
+the fires, which commits their rows as claimed, and only builds the result in memory after that
+commit (the one window left, a tick that dies in between, is in core/trigger_queue.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import dagster as dg
+from sqlalchemy.orm import Session, sessionmaker
 
+from pipelines_dagster.core.fires import Fire, Taken
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.partitions import partition_key, pipelines_partitions
-from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, pipeline_ids_of
+from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, partition_key, pipeline_ids_of
 
 BUSY = [dg.DagsterRunStatus(name) for name in BUSY_STATUSES]
 
-
-class Fire(Protocol):
-    """One run a trigger owes a pipeline, as core/ computes it: its run key and tags."""
-
-    @property
-    def pipeline_id(self) -> int: ...
-
-    @property
-    def run_key(self) -> str: ...
-
-    @property
-    def tags(self) -> Mapping[str, str]: ...
+Take = Callable[[sessionmaker[Session]], Taken[Any]]
+"""Claims a tick's rows in the app database and returns the fires they owe (core/)."""
+Requests = Callable[[Sequence[Any]], Iterable[dg.RunRequest]]
+"""Turns a tick's fires into run requests."""
 
 
 def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
@@ -46,20 +48,71 @@ def pipeline_run_request(fire: Fire) -> dg.RunRequest:
     )
 
 
+def a_run_each(fires: Sequence[Fire]) -> list[dg.RunRequest]:
+    return [pipeline_run_request(fire) for fire in fires]
+
+
 def trigger_result(
-    context: dg.SensorEvaluationContext, requests: Iterable[dg.RunRequest], *, known: set[str] | None = None
+    context: dg.SensorEvaluationContext, requests: Iterable[dg.RunRequest], *, known: set[str]
 ) -> dg.SensorResult:
     """The runs a trigger sensor requests, with an add request for any of their partitions the
     instance does not have yet (a pipeline created a moment ago, before the partition sync).
     `known`: the partitions read before the rows were taken, so nothing after the take can fail."""
     requests = list(requests)
-    existing = known_partitions(context) if known is None else known
     wanted = {request.partition_key for request in requests if request.partition_key}
     wanted.update(
         partition_key(pipeline_id) for request in requests for pipeline_id in batch_pipeline_ids(request.tags)
     )
-    missing = sorted(wanted - existing)
+    missing = sorted(wanted - known)
     return dg.SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[pipelines_partitions.build_add_request(missing)] if missing else [],
     )
+
+
+def trigger_sensor(
+    *,
+    name: str,
+    description: str,
+    interval_seconds: int,
+    take: Take,
+    rows: str,
+    skipped_because: str,
+    skip_busy: bool = False,
+    requests: Requests = a_run_each,
+    jobs: Sequence[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = (pipeline_run,),
+) -> dg.SensorDefinition:
+    """A sensor that turns the fires `take` claims into run requests.
+
+    `rows` names what a row is in the log ("deliveries"), `skipped_because` why a row fires
+    nothing. With `skip_busy`, a fire of a pipeline that has a run queued or in progress, or that
+    an earlier fire of the same tick took, is dropped (schedules do not catch up); otherwise every
+    fire gets its run, and the run queue runs a pipeline's runs one at a time.
+    """
+
+    @dg.sensor(
+        name=name,
+        jobs=list(jobs),
+        minimum_interval_seconds=interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=description,
+    )
+    def evaluate(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
+        known = known_partitions(context)
+        busy = busy_pipelines(context.instance) if skip_busy else set()
+        taken = take(app_db.sessions)
+        if taken.skipped:
+            context.log.info(f"skipped {taken.skipped} of {taken.rows} {rows}: {skipped_because}")
+        fires, dropped = [], []
+        for fire in taken.fires:
+            if fire.pipeline_id in busy:
+                dropped.append(fire.run_key)
+                continue
+            if skip_busy:
+                busy.add(fire.pipeline_id)
+            fires.append(fire)
+        if dropped:
+            context.log.info(f"skipped {len(dropped)} fires of busy pipelines: {dropped[:10]}")
+        return trigger_result(context, requests(fires), known=known)
+
+    return evaluate

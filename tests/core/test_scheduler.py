@@ -9,7 +9,8 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, Workspace
-from pipelines_dagster.core.scheduler import claim_due, due_fires, due_query
+from pipelines_dagster.core.fires import Budget
+from pipelines_dagster.core.scheduler import claim_due, due_query, take_due
 
 NOW = datetime(2026, 12, 1, 9, 0, 30, tzinfo=UTC)
 
@@ -55,32 +56,32 @@ def trigger_row(sessions, trigger_id: int) -> PipelineTrigger:
 
 def test_a_due_trigger_fires_once_and_advances_past_now(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, next_fire_at=NOW - timedelta(hours=3))
-    fires = list(due_fires(sessions, now=NOW))
+    fires = list(take_due(sessions, now=NOW).fires)
     assert [f.trigger_id for f in fires] == [trigger_id]
     # Three hours late: one fire, no catch-up of the 35 missed ones.
     assert fires[0].scheduled_for == NOW - timedelta(hours=3)
     assert fires[0].run_key == f"schedule:{trigger_id}:{(NOW - timedelta(hours=3)).isoformat()}"
     row = trigger_row(sessions, trigger_id)
     assert row.next_fire_at == datetime(2026, 12, 1, 9, 5, tzinfo=UTC) and row.last_fired_at == NOW
-    assert [f for f in due_fires(sessions, now=NOW) if f.trigger_id == trigger_id] == []
+    assert [f for f in take_due(sessions, now=NOW).fires if f.trigger_id == trigger_id] == []
 
 
 def test_cron_advances_in_the_triggers_timezone(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, cron="0 6 * * *", timezone="America/New_York")
-    list(due_fires(sessions, now=NOW))
+    list(take_due(sessions, now=NOW).fires)
     # 06:00 in New York in December is 11:00 UTC.
     assert trigger_row(sessions, trigger_id).next_fire_at == datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
 
 
 def test_interval_triggers_fire_every_n_minutes(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, cron=None, timezone=None, interval_minutes=15)
-    assert [f.trigger_id for f in due_fires(sessions, now=NOW)] == [trigger_id]
+    assert [f.trigger_id for f in take_due(sessions, now=NOW).fires] == [trigger_id]
     assert trigger_row(sessions, trigger_id).next_fire_at == NOW + timedelta(minutes=15)
 
 
 def test_a_missing_next_fire_time_is_healed_without_firing(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, next_fire_at=None)
-    assert [f for f in due_fires(sessions, now=NOW) if f.trigger_id == trigger_id] == []
+    assert [f for f in take_due(sessions, now=NOW).fires if f.trigger_id == trigger_id] == []
     assert trigger_row(sessions, trigger_id).next_fire_at == datetime(2026, 12, 1, 9, 5, tzinfo=UTC)
 
 
@@ -88,7 +89,7 @@ def test_an_invalid_schedule_disables_the_trigger_with_the_reason(sessions):
     [bad_cron] = pipelines_with_triggers(sessions, 1, cron="61 * * * *")
     [bad_zone] = pipelines_with_triggers(sessions, 1, timezone="Mars/Olympus")
     [healed_bad] = pipelines_with_triggers(sessions, 1, cron="not a cron", next_fire_at=None)
-    fired = {f.trigger_id for f in due_fires(sessions, now=NOW)}
+    fired = {f.trigger_id for f in take_due(sessions, now=NOW).fires}
     assert fired.isdisjoint({bad_cron, bad_zone, healed_bad})
     for trigger_id, reason in [
         (bad_cron, "invalid cron"),
@@ -100,17 +101,20 @@ def test_an_invalid_schedule_disables_the_trigger_with_the_reason(sessions):
         assert row.disabled_reason.startswith("invalid schedule, trigger disabled") and reason in row.disabled_reason
 
 
-def test_a_disabled_pipelines_fire_is_reported_as_such_and_still_advanced(sessions):
+def test_a_disabled_pipelines_trigger_is_advanced_and_counted_skipped_without_a_fire(sessions):
+    take_due(sessions, now=NOW)  # what other tests left due on a shared database
     [trigger_id] = pipelines_with_triggers(sessions, 1, enabled=False)
-    [fire] = [f for f in due_fires(sessions, now=NOW) if f.trigger_id == trigger_id]
-    assert fire.pipeline_enabled is False
+    [enabled] = pipelines_with_triggers(sessions, 1)
+    taken = take_due(sessions, now=NOW)
+    assert [f.trigger_id for f in taken.fires] == [enabled]
+    assert (taken.rows, taken.skipped) == (2, 1)
     assert trigger_row(sessions, trigger_id).next_fire_at > NOW
 
 
 def test_a_pipeline_without_a_connector_is_never_claimed(sessions):
     [uploads] = pipelines_with_triggers(sessions, 1, uploads=True)
     [crawls] = pipelines_with_triggers(sessions, 1)
-    fired = {fire.trigger_id for fire in due_fires(sessions, now=NOW)}
+    fired = {fire.trigger_id for fire in take_due(sessions, now=NOW).fires}
     assert crawls in fired and uploads not in fired
     # Left as it was: not advanced, not fired, not disabled.
     row = trigger_row(sessions, uploads)
@@ -119,7 +123,7 @@ def test_a_pipeline_without_a_connector_is_never_claimed(sessions):
 
 def test_claims_loop_over_batches_until_nothing_is_due(sessions):
     ids = pipelines_with_triggers(sessions, 7)
-    fired = [f.trigger_id for f in due_fires(sessions, now=NOW, batch_size=3)]
+    fired = [f.trigger_id for f in take_due(sessions, now=NOW, budget=Budget(batch_size=3, max_rows=None)).fires]
     assert sorted(fired) == sorted(ids)
 
 
@@ -129,8 +133,8 @@ def test_a_row_locked_by_another_tick_is_skipped(postgres_engine):
     with sessions() as holder, holder.begin():
         held = {t.id for t, _ in holder.execute(due_query(now=NOW - timedelta(days=399), batch_size=3))}
         assert len(held) == 3 and held <= ids
-        fires, _ = claim_due(sessions, now=NOW - timedelta(days=399), batch_size=100)
-        assert {f.trigger_id for f in fires} == ids - held
+        taken = claim_due(sessions, now=NOW - timedelta(days=399), limit=100)
+        assert {f.trigger_id for f in taken.fires} == ids - held
 
 
 def test_two_concurrent_ticks_claim_disjoint_rows(postgres_engine):
@@ -143,9 +147,9 @@ def test_two_concurrent_ticks_claim_disjoint_rows(postgres_engine):
     def tick(slot: int) -> None:
         barrier.wait()
         for _ in range(20):
-            fires, count = claim_due(sessions, now=moment, batch_size=5)
-            claimed[slot].extend(f.trigger_id for f in fires if f.trigger_id in ids)
-            if count == 0:
+            taken = claim_due(sessions, now=moment, limit=5)
+            claimed[slot].extend(f.trigger_id for f in taken.fires if f.trigger_id in ids)
+            if taken.rows == 0:
                 return
 
     threads = [threading.Thread(target=tick, args=(slot,)) for slot in (0, 1)]

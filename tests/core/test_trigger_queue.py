@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, WebhookDelivery
 from pipelines_dagster.core import catalog
-from pipelines_dagster.core.trigger_queue import Budget, concerns, take_deliveries, take_events
+from pipelines_dagster.core.fires import Budget
+from pipelines_dagster.core.trigger_queue import concerns, take_deliveries, take_events
 from pipelines_dagster.core.triggers import create_event_trigger, emit_event
 from tests.support.webhooks import create_webhook, deliver
 

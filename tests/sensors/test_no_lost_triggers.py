@@ -27,8 +27,9 @@ from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.triggers import create_event_trigger, emit_event
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.sensors.events import pipeline_events
-from pipelines_dagster.sensors.webhooks import pipeline_webhooks
+from pipelines_dagster.sensors.events import build_event_sensor
+from pipelines_dagster.sensors.webhooks import build_webhook_sensor
+from pipelines_dagster.settings import Settings
 from tests.api.conftest import free_port
 from tests.sensors.test_trigger_sensors import evaluate, instance, make_pipeline  # noqa: F401  (instance: fixture)
 from tests.support.processes import start_server, stop_group
@@ -57,7 +58,7 @@ def webhook_rows(app_db: AppDatabaseResource, workspace_id: int, pipeline_id: in
     with transaction(app_db.sessions) as session:
         hook = create_webhook(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
     bodies = itertools.count()
-    return pipeline_webhooks, lambda session: f"webhook:{deliver(session, hook, b'%d' % next(bodies))}"
+    return build_webhook_sensor(Settings()), lambda session: f"webhook:{deliver(session, hook, b'%d' % next(bodies))}"
 
 
 def event_rows(app_db: AppDatabaseResource, workspace_id: int, pipeline_id: int) -> tuple[dg.SensorDefinition, Store]:
@@ -69,7 +70,7 @@ def event_rows(app_db: AppDatabaseResource, workspace_id: int, pipeline_id: int)
     def store(session: Session) -> str:
         return f"event:{emit_event(session, workspace_id=workspace_id, event_type=EVENT_TYPE).id}:{trigger_id}"
 
-    return pipeline_events, store
+    return build_event_sensor(Settings()), store
 
 
 def row_id(run_key: str) -> int:
@@ -159,7 +160,7 @@ def test_concurrent_deliveries_and_events_each_request_exactly_one_run_per_pipel
         aligned.wait()  # the evaluators tick at the same moment, so their takes contend for rows
         found = [
             key
-            for sensor in (pipeline_webhooks, pipeline_events)
+            for sensor in (build_webhook_sensor(Settings()), build_event_sensor(Settings()))
             for key in run_keys(evaluate(sensor, instance, app_db), ours)
         ]
         taken[slot] += found

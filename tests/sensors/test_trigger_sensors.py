@@ -20,9 +20,12 @@ from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
 from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
 from pipelines_dagster.sensors.common import busy_pipelines
+from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from pipelines_dagster.sensors.run_status import lock_release_sensors, release_run_locks
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
+from pipelines_dagster.sensors.webhooks import build_webhook_sensor
+from pipelines_dagster.settings import Settings
 from tests.support.webhooks import Webhook, create_webhook, deliver
 
 
@@ -78,7 +81,7 @@ def requests_for(result: dg.SensorResult, pipeline_id: int) -> list[dg.RunReques
 
 def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, app_db):
     workspace_id, pipeline_id, trigger_id = make_pipeline(app_db)
-    result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db)
+    result = evaluate(build_schedule_sensor(Settings(run_batch_size=1)), instance, app_db)
     [request] = requests_for(result, pipeline_id)
     assert request.run_key.startswith(f"schedule:{trigger_id}:")
     assert request.tags["trigger"] == "scheduled"
@@ -88,16 +91,14 @@ def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, ap
     assert str(pipeline_id) in added
     # Advanced: the next tick has nothing for it.
     assert (
-        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
-        == []
+        requests_for(evaluate(build_schedule_sensor(Settings(run_batch_size=1)), instance, app_db), pipeline_id) == []
     )
 
 
 def test_a_disabled_pipeline_gets_no_run_but_its_trigger_advances(instance, app_db):
     _, pipeline_id, trigger_id = make_pipeline(app_db, enabled=False)
     assert (
-        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
-        == []
+        requests_for(evaluate(build_schedule_sensor(Settings(run_batch_size=1)), instance, app_db), pipeline_id) == []
     )
     with app_db.sessions() as session:
         assert session.get(PipelineTrigger, trigger_id).next_fire_at > datetime.now(UTC)
@@ -114,8 +115,7 @@ def test_a_pipeline_with_a_running_run_gets_no_second_one(instance, app_db):
         )
     )
     assert (
-        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
-        == []
+        requests_for(evaluate(build_schedule_sensor(Settings(run_batch_size=1)), instance, app_db), pipeline_id) == []
     )
 
 
@@ -125,7 +125,7 @@ def requested_pipelines(request: dg.RunRequest) -> list[int]:
 
 def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, app_db):
     ours = [make_pipeline(app_db) for _ in range(5)]
-    result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=2), instance, app_db)
+    result = evaluate(build_schedule_sensor(Settings(run_batch_size=2)), instance, app_db)
     # Other tests' every-minute pipelines on the shared database may be due too: look at ours.
     covering = {
         pipeline_id: [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
@@ -163,7 +163,7 @@ def test_a_pipeline_in_a_running_batch_run_gets_no_second_scheduled_run(instance
             tags=batch_tags([(pipeline_id, workspace_id)], trigger="scheduled"),
         )
     )
-    result = evaluate(build_schedule_sensor(batch_size=500, run_batch_size=20), instance, app_db)
+    result = evaluate(build_schedule_sensor(Settings(run_batch_size=20)), instance, app_db)
     assert not [r for r in result.run_requests if pipeline_id in requested_pipelines(r)]
 
 
@@ -212,8 +212,7 @@ def test_a_pipeline_with_a_queued_or_running_ui_launch_gets_no_scheduled_run(ins
     )
     assert pipeline_id in busy_pipelines(instance)
     assert (
-        requests_for(evaluate(build_schedule_sensor(batch_size=500, run_batch_size=1), instance, app_db), pipeline_id)
-        == []
+        requests_for(evaluate(build_schedule_sensor(Settings(run_batch_size=1)), instance, app_db), pipeline_id) == []
     )
 
 
@@ -318,35 +317,41 @@ def send(app_db, hook: Webhook, body: bytes, delivery: str) -> int:
 
 
 def test_each_webhook_delivery_becomes_one_run_request(instance, app_db):
-    from pipelines_dagster.sensors.webhooks import pipeline_webhooks
-
     workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
     hook = webhook_for(app_db, pipeline_id, workspace_id)
     first = send(app_db, hook, b'{"a": 1}', "d1")
     send(app_db, hook, b'{"a": 1}', "d1")  # a redelivery: stored once
     second = send(app_db, hook, b'{"a": 2}', "d2")
-    result = evaluate(pipeline_webhooks, instance, app_db)
+    result = evaluate(build_webhook_sensor(Settings()), instance, app_db)
     mine = requests_for(result, pipeline_id)
     assert [r.run_key for r in mine] == [f"webhook:{first}", f"webhook:{second}"]
     assert {r.tags["trigger"] for r in mine} == {"webhook"}
     assert mine[0].tags["webhook_delivery_id"] == str(first)
-    assert requests_for(evaluate(pipeline_webhooks, instance, app_db), pipeline_id) == []
+    assert requests_for(evaluate(build_webhook_sensor(Settings()), instance, app_db), pipeline_id) == []
+
+
+def test_a_tick_takes_at_most_the_deliveries_settings_allow_and_the_next_tick_the_rest(instance, app_db):
+    sensor = build_webhook_sensor(Settings(trigger_batch_size=1, trigger_max_per_tick=2))
+    evaluate(sensor, instance, app_db)  # what other tests left pending on a shared database
+    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
+    hook = webhook_for(app_db, pipeline_id, workspace_id)
+    sent = [send(app_db, hook, b"%d" % n, f"cap-{n}") for n in range(3)]
+    first = [r.run_key for r in requests_for(evaluate(sensor, instance, app_db), pipeline_id)]
+    rest = [r.run_key for r in requests_for(evaluate(sensor, instance, app_db), pipeline_id)]
+    assert (first, rest) == ([f"webhook:{sent[0]}", f"webhook:{sent[1]}"], [f"webhook:{sent[2]}"])
 
 
 def test_a_webhook_for_a_disabled_pipeline_starts_nothing(instance, app_db):
-    from pipelines_dagster.sensors.webhooks import pipeline_webhooks
-
     workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
     hook = webhook_for(app_db, pipeline_id, workspace_id)
     with transaction(app_db.sessions) as session:
         session.get(Pipeline, pipeline_id).enabled = False
     send(app_db, hook, b"{}", "d-off")
-    assert requests_for(evaluate(pipeline_webhooks, instance, app_db), pipeline_id) == []
+    assert requests_for(evaluate(build_webhook_sensor(Settings()), instance, app_db), pipeline_id) == []
 
 
 def test_events_start_the_subscribed_pipelines_they_concern(instance, app_db):
     from pipelines_dagster.core.triggers import create_event_trigger, emit_event
-    from pipelines_dagster.sensors.events import pipeline_events
 
     workspace_id, subscribed, _ = make_pipeline(app_db, due=False)
     with transaction(app_db.sessions) as session:
@@ -369,9 +374,9 @@ def test_events_start_the_subscribed_pipelines_they_concern(instance, app_db):
             payload={"connector_id": connector_id + 1000},
         )
         emit_event(session, workspace_id=workspace_id, event_type="folder.changed")
-    result = evaluate(pipeline_events, instance, app_db)
+    result = evaluate(build_event_sensor(Settings()), instance, app_db)
     [request] = requests_for(result, subscribed)
     assert request.run_key == f"event:{hit}:{trigger_id}"
     assert (request.tags["trigger"], request.tags["event_type"]) == ("event", "connector.urls_changed")
     assert requests_for(result, other) == []
-    assert requests_for(evaluate(pipeline_events, instance, app_db), subscribed) == []
+    assert requests_for(evaluate(build_event_sensor(Settings()), instance, app_db), subscribed) == []

@@ -28,7 +28,7 @@ from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources import build_resources
-from pipelines_dagster.runs import run_tags
+from pipelines_dagster.runs import Trigger, run_tags
 from pipelines_dagster.settings import Settings, load_settings
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "examples" / "site"
@@ -147,7 +147,7 @@ def run_once(
             partition_key=str(demo.pipeline_id),
             instance=instance,
             resources=build_resources(with_loopback_allowed(settings)),
-            tags=run_tags(pipeline_id=demo.pipeline_id, workspace_id=demo.workspace_id, trigger="manual"),
+            tags=run_tags(pipeline_id=demo.pipeline_id, workspace_id=demo.workspace_id, trigger=Trigger.MANUAL),
         )
     crawl = CrawlMetadata.read(_metadata(result, "crawl_results"))
     kb = _metadata(result, "kb_documents")

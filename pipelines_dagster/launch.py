@@ -19,7 +19,7 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.run_engine import plan_run
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import partition_key
-from pipelines_dagster.runs import PARTITION_TAG, run_tags
+from pipelines_dagster.runs import PARTITION_TAG, Trigger, run_tags
 from pipelines_dagster.settings import SettingsError
 
 DAGSTER_URL_ENV = "PIPELINES_DAGSTER_URL"
@@ -71,7 +71,7 @@ class GraphQLLauncher:
 
     def __call__(self, *, workspace_id: int, pipeline_id: int) -> str:
         tags = {
-            **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
+            **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=Trigger.MANUAL),
             PARTITION_TAG: partition_key(pipeline_id),
         }
         try:

@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Every package at the version CI tested (`make lock` refreshes it from pyproject.toml).
+CONSTRAINTS := constraints.txt
 STAMP := $(VENV)/.installed-stamp
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 # The venv's own dg, told it runs in that venv (it warns otherwise, as if another one were active).
@@ -9,23 +11,33 @@ DG := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/dg
 export PIPELINES_DATA_DIR ?= $(CURDIR)/.pipelines-data
 export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
 
-.PHONY: install install-dev run dev check-defs lint test bench
+.PHONY: install install-dev lock run dev check-defs lint test bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or 3.12 is needed, found " + sys.version.split()[0]) if sys.version_info[:2] not in ((3, 11), (3, 12)) else None'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # The `dev` extra (dg) on top of what `install` puts in.
 $(DEV_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[test,dev]'
 	touch $(DEV_STAMP)
 
 install-dev: $(DEV_STAMP)
+
+# Resolve pyproject.toml afresh in a scratch venv and pin every package it brings into $(CONSTRAINTS).
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet -e '.[test,dev]'
+	{ echo "# pip constraints: what \`make install\` and CI install. Refresh with \`make lock\`."; \
+	  .lock-venv/bin/python -m pip freeze --exclude-editable; } > $(CONSTRAINTS)
+	rm -rf .lock-venv
 
 # The project's instance starts as the embedded default; an existing dagster.yaml is left as it is.
 $(DAGSTER_HOME)/dagster.yaml:

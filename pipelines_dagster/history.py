@@ -285,7 +285,7 @@ class RunHistory:
         if pipeline_id is not None:
             query = query.where(Pipeline.id == pipeline_id)
         with self._sessions() as session:
-            return dict(session.execute(query))
+            return {pipeline: name for pipeline, name in session.execute(query)}  # noqa: C416 (a Result has .keys())
 
     def _run_records(
         self,

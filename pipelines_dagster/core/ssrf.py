@@ -142,7 +142,8 @@ class PinnedTransport(httpx.AsyncHTTPTransport):
     """
 
     def __init__(self, guard: AddressGuard, *, limits: httpx.Limits | None = None) -> None:
-        super().__init__(verify=_tls_context(), limits=limits or httpx.Limits())
+        limits = limits or httpx.Limits()
+        super().__init__(verify=_tls_context(), limits=limits)
         # httpx 0.28 cannot pass a network backend to its pool (encode/httpx#3749), so the pool it
         # built is replaced by one with the same settings on the pinned backend.
         self._pool = httpcore.AsyncConnectionPool(

@@ -79,11 +79,15 @@ def test_a_missing_or_corrupt_blob_fails_and_is_left_alone(stack: Stack):
     workspace_id, pipeline_id = stack.pipeline(stack.site(2))
     result = stack.run(pipeline_id, workspace_id)
     blob_key = materialization(result, "crawl_results")["blob_key"]
-    stack.blob.write_stream(blob_key, [b'{"url": "https://x.test/"}\n{not json\n'])
-    corrupt = run_checks(stack, workspace_id, pipeline_id, only=[crawl_blob_readable])["crawl_blob_readable"]
-    assert not corrupt.passed and corrupt.severity == dg.AssetCheckSeverity.ERROR
-    assert "is not valid JSON Lines" in corrupt.description
-    assert b"".join(stack.blob.open_stream(blob_key)) == b'{"url": "https://x.test/"}\n{not json\n'
+    for stored, problem in [
+        (b'{"url": "https://x.test/", "status": "success"}\n{not json\n', "is not valid JSON Lines"),
+        (b'{"url": "https://x.test/"}\n', "holds a line that is not a crawl record"),
+    ]:
+        stack.blob.write_stream(blob_key, [stored])
+        corrupt = run_checks(stack, workspace_id, pipeline_id, only=[crawl_blob_readable])["crawl_blob_readable"]
+        assert not corrupt.passed and corrupt.severity == dg.AssetCheckSeverity.ERROR
+        assert problem in corrupt.description
+        assert b"".join(stack.blob.open_stream(blob_key)) == stored
     stack.blob.delete(blob_key)
     missing = run_checks(stack, workspace_id, pipeline_id, only=[crawl_blob_readable])["crawl_blob_readable"]
     assert not missing.passed and "is missing from the blob store" in missing.description

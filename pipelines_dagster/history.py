@@ -285,7 +285,8 @@ class RunHistory:
         if pipeline_id is not None:
             query = query.where(Pipeline.id == pipeline_id)
         with self._sessions() as session:
-            return dict(session.execute(query))
+            # Its rows, not the Result: dict() would take a Result, which has keys(), for a mapping.
+            return dict(session.execute(query).tuples().all())
 
     def _run_records(
         self,

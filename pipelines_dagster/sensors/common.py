@@ -6,7 +6,7 @@ from typing import Protocol
 import dagster as dg
 
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.partitions import partition_key, pipelines_partitions
+from pipelines_dagster.partitions import PARTITIONS_NAME, partition_key, pipelines_partitions
 from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, pipeline_ids_of
 
 BUSY = [dg.DagsterRunStatus(name) for name in BUSY_STATUSES]
@@ -34,7 +34,7 @@ def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
 
 
 def known_partitions(context: dg.SensorEvaluationContext) -> set[str]:
-    return set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
+    return set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
 
 
 def pipeline_run_request(fire: Fire) -> dg.RunRequest:

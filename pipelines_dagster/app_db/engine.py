@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from sqlalchemy.dialects import postgresql, sqlite
 
 
@@ -32,7 +34,7 @@ def create_engine(url: str) -> sa.Engine:
     return sa.create_engine(parsed, pool_pre_ping=True)
 
 
-def _sqlite_on_connect(dbapi_connection: Any, _record: object) -> None:
+def _sqlite_on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")

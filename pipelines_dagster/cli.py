@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster import demo as demo_site
 from pipelines_dagster import services
@@ -108,7 +108,7 @@ def open_engine(settings: Settings, *, migrated: bool = True) -> sa.Engine:
     return engine
 
 
-def open_sessions(settings: Settings):
+def open_sessions(settings: Settings) -> sessionmaker[Session]:
     return session_factory(open_engine(settings))
 
 
@@ -214,15 +214,16 @@ def connector_create(
             name=name,
             index_every_minutes=index_every_minutes,
         )
+        created_urls = catalog.initial_urls(created) or []
         payload = {
             "id": created.id,
             "workspace_id": created.workspace_id,
             "type": created.connector_type,
-            "urls": catalog.initial_urls(created) or [],
+            "urls": created_urls,
             "periodic_indexing_enabled": created.periodic_indexing_enabled,
             "pipeline_ids": [p.id for p in created.pipelines],
         }
-    emit(as_json, payload, f"connector {payload['id']} created with {len(payload['urls'])} URLs")
+    emit(as_json, payload, f"connector {payload['id']} created with {len(created_urls)} URLs")
 
 
 @main.group()
@@ -363,7 +364,7 @@ def pipeline_create(
             "save_to_kb": created.save_to_kb,
             "destination_folder_id": created.destination_folder_id,
             "enabled": created.enabled,
-            "next_fire_at": trigger.next_fire_at.isoformat() if trigger else None,
+            "next_fire_at": trigger.next_fire_at.isoformat() if trigger and trigger.next_fire_at else None,
             "retry_policy": schemas.RetryPolicyOut.of(RetryPolicy.of(created)).model_dump(mode="json"),
         }
     when = f", next run {payload['next_fire_at']}" if payload["next_fire_at"] else ""
@@ -707,6 +708,7 @@ def trigger_create(
                 f"POST /webhooks/{made.token}\nsign each delivery: {how} (shown once)"
             )
         else:
+            assert event_type is not None  # checked against --kind above
             subscribed = create_event_trigger(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=event_type
             )

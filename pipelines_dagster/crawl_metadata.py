@@ -52,7 +52,10 @@ class CrawlMetadata:
     @classmethod
     def read(cls, metadata: Mapping[str, dg.MetadataValue | Any]) -> CrawlMetadata:
         """From a materialization's metadata (Dagster's values or plain ones, as a step returns them)."""
-        values = {key: value.value if isinstance(value, dg.MetadataValue) else value for key, value in metadata.items()}
+        # Checked against each field's type by _fits below.
+        values: dict[str, Any] = {
+            key: value.value if isinstance(value, dg.MetadataValue) else value for key, value in metadata.items()
+        }
         return cls(
             **{
                 name: values[name]

@@ -126,7 +126,7 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url
             )
         else:
             # The site's port may differ from the last demo's.
-            connector = session.get(Connector, pipeline.connector_id)
+            connector = session.get_one(Connector, pipeline.connector_id)
             catalog.set_initial_urls(connector, urls)
         return DemoPipeline(workspace.id, pipeline.id, token)
 

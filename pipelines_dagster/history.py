@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import dagster as dg
 import pydantic
 import sqlalchemy as sa
+from dagster._core.events import JobFailureData
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline
@@ -36,7 +38,7 @@ from pipelines_dagster.runs import (
 )
 
 if TYPE_CHECKING:
-    from dagster._core.events import StepFailureData
+    from dagster._core.execution.plan.objects import StepFailureData
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "canceled"]
 
@@ -173,12 +175,14 @@ class _MemberEvents:
 
     @property
     def error(self) -> str | None:
-        errors = [
-            str(self.failures[key].asset_observation.metadata[ERROR].value)
-            for key in STEP_ASSETS
-            if key in self.failures and self.failures[key].asset_observation is not None
-        ]
+        errors = [error for key in STEP_ASSETS if (error := self._error(key)) is not None]
         return "; ".join(errors) or None
+
+    def _error(self, asset_key: dg.AssetKey) -> str | None:
+        """The error the step's failure observation logged; None when it did not fail."""
+        record = self.failures.get(asset_key)
+        observation = record.asset_observation if record else None
+        return str(observation.metadata[ERROR].value) if observation is not None else None
 
     def status(self, run: dg.DagsterRun) -> RunStatus:
         if self.failures:
@@ -203,7 +207,7 @@ class _MemberEvents:
                     started_at=_from_timestamp(started),
                     finished_at=_from_timestamp(record.timestamp),
                     attempts=1,
-                    error=str(record.asset_observation.metadata[ERROR].value) if failed else None,
+                    error=self._error(key),
                 )
             )
             started = record.timestamp
@@ -230,7 +234,7 @@ class RunHistory:
         workspace_id: int,
         *,
         pipeline_id: int | None = None,
-        status: str | None = None,
+        status: RunStatus | None = None,
         limit: int = 20,
         cursor: str | None = None,
     ) -> RunPage:
@@ -241,18 +245,19 @@ class RunHistory:
             raise ValueError(f"status must be one of {', '.join(DAGSTER_STATUSES)}, got {status!r}")
         names = self._pipeline_names(workspace_id, pipeline_id)
         after_run, _, after_pipeline = (cursor or "").partition("_")
-        fetch = {"workspace_id": workspace_id, "pipelines": names, "pipeline_id": pipeline_id, "status": status}
-        records = self._run_records(**fetch, limit=limit + 1, cursor=after_run or None)
+        fetch = partial(self._run_records, workspace_id, names, pipeline_id=pipeline_id, status=status)
+        records = fetch(limit=limit + 1, cursor=after_run or None)
         entries = self._entries(workspace_id, records, pipeline_id)
         if after_pipeline.isdigit():
             # The page before ended inside this batch run: its later pipelines come first.
-            resumed = self._entries(workspace_id, self._run_records(**fetch, limit=1, run_ids=[after_run]), pipeline_id)
+            resumed = self._entries(workspace_id, fetch(limit=1, run_ids=[after_run]), pipeline_id)
             entries = [entry for entry in resumed if entry.pipeline_id > int(after_pipeline)] + entries
         listed = [
             (entry, view)
             for entry, view in zip(entries, self._views(workspace_id, entries, names), strict=True)
             if status is None or view.status == status
         ]
+        next_cursor: str | None
         if len(listed) > limit:
             listed = listed[:limit]
             next_cursor = listed[-1][0].cursor
@@ -285,7 +290,8 @@ class RunHistory:
         if pipeline_id is not None:
             query = query.where(Pipeline.id == pipeline_id)
         with self._sessions() as session:
-            return {pipeline: name for pipeline, name in session.execute(query)}  # noqa: C416 (a Result has .keys())
+            # Its rows, not the Result: dict() would take a Result, which has keys(), for a mapping.
+            return dict(session.execute(query).tuples().all())
 
     def _run_records(
         self,
@@ -294,7 +300,7 @@ class RunHistory:
         *,
         limit: int,
         pipeline_id: int | None = None,
-        status: str | None = None,
+        status: RunStatus | None = None,
         run_ids: Sequence[str] | None = None,
         cursor: str | None = None,
     ) -> list[dg.RunRecord]:
@@ -446,12 +452,14 @@ class RunHistory:
         started = [entry for entry in entries if entry.record.start_time is not None]
         if not started:
             return {}
-        ends = [entry.record.end_time for entry in started]
+        starts = [start for entry in started if (start := entry.record.start_time) is not None]
+        ends = [end for entry in started if (end := entry.record.end_time) is not None]
         records_filter = dg.AssetRecordsFilter(
             asset_key=asset_key,
             asset_partitions=sorted({partition_key(entry.pipeline_id) for entry in started}),
-            after_timestamp=min(entry.record.start_time for entry in started) - CLOCK_MARGIN_SECONDS,
-            before_timestamp=None if None in ends else max(ends) + CLOCK_MARGIN_SECONDS,
+            after_timestamp=min(starts) - CLOCK_MARGIN_SECONDS,
+            # Open-ended while any of the runs is still going.
+            before_timestamp=max(ends) + CLOCK_MARGIN_SECONDS if len(ends) == len(started) else None,
         )
         wanted = {entry.key for entry in started}
         found: dict[tuple[str, int], dg.EventLogRecord] = {}
@@ -470,7 +478,7 @@ class RunHistory:
         ]
         if not failed:
             return {}
-        ends = [record.end_time for record in failed]
+        ends = [end for record in failed if (end := record.end_time) is not None]
         records_filter = dg.RunStatusChangeRecordsFilter(
             dg.DagsterEventType.RUN_FAILURE,
             after_timestamp=min(ends) - FAILURE_MARGIN_SECONDS,
@@ -487,7 +495,9 @@ class RunHistory:
         failures = self._instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records
         # Only a step's last attempt ends in STEP_FAILURE; earlier ones are retries.
         errors = {
-            event.event_log_entry.step_key: _step_failure_message(event.event_log_entry.dagster_event.step_failure_data)
+            event.event_log_entry.step_key: _step_failure_message(
+                event.event_log_entry.get_dagster_event().step_failure_data
+            )
             for event in failures
         }
         return [
@@ -518,7 +528,10 @@ def _all_records(
 
 def _batch_members(run: dg.DagsterRun) -> list[dict[str, Any]]:
     """The pipelines of a batch run with their workspaces, from the run config the sensor gave it."""
-    return run.run_config.get("ops", {}).get(OP_NAME, {}).get("config", {}).get("pipelines", [])
+    ops = run.run_config.get("ops", {})
+    assert isinstance(ops, Mapping)  # run config is JSON: "ops" holds a mapping of op name to its config
+    members: list[dict[str, Any]] = ops.get(OP_NAME, {}).get("config", {}).get("pipelines", [])
+    return members
 
 
 def _metadata(record: dg.EventLogRecord | None) -> Mapping[str, dg.MetadataValue]:
@@ -535,11 +548,11 @@ def _pipeline_id(run: dg.DagsterRun) -> int:
 
 def _run_failure_message(event: dg.EventLogRecord) -> str:
     dagster_event = event.event_log_entry.dagster_event
-    # JobFailureData; None when the run was marked failed from outside, with only a message.
+    # None when the run was marked failed from outside, with only a message.
     failure = dagster_event.event_specific_data if dagster_event else None
-    if failure is not None and failure.first_step_failure_event is not None:
+    if isinstance(failure, JobFailureData) and failure.first_step_failure_event is not None:
         return _step_failure_message(failure.first_step_failure_event.step_failure_data)
-    if failure is not None and failure.error is not None:
+    if isinstance(failure, JobFailureData) and failure.error is not None:
         return failure.error.message.strip()
     return event.event_log_entry.message
 

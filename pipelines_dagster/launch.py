@@ -61,8 +61,10 @@ class GraphQLLauncher:
 
     def _client(self) -> DagsterGraphQLClient:
         # One per launch: a client's transport holds one session and refuses a concurrent second user.
+        hostname = self._parts.hostname
+        assert hostname is not None  # __init__ refused a URL without one
         return DagsterGraphQLClient(
-            self._parts.hostname,
+            hostname,
             port_number=self._parts.port,
             use_https=self._parts.scheme == "https",
             path_prefix=self._parts.path.rstrip("/"),

@@ -7,7 +7,7 @@ import pydantic
 
 from pipelines_dagster.core.retention import apply_retention
 from pipelines_dagster.crawl_metadata import latest_crawl
-from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.partitions import PARTITIONS_NAME
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 
@@ -26,10 +26,7 @@ def apply_retention_op(
     blob_store: BlobStoreResource,
 ) -> dg.Output[None]:
     # The crawl the event log names as latest is what kb_documents rebuilds from, whatever its age.
-    latest = (
-        latest_crawl(context.instance, key)
-        for key in context.instance.get_dynamic_partitions(pipelines_partitions.name)
-    )
+    latest = (latest_crawl(context.instance, key) for key in context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     report = apply_retention(
         blob_store.store(),
         app_db.sessions,
@@ -52,7 +49,7 @@ def apply_retention_op(
 
 
 @dg.job(description="Retention: old crawl blobs and webhook deliveries are deleted.")
-def maintenance():
+def maintenance() -> None:
     apply_retention_op()
 
 

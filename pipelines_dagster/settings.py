@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from ipaddress import ip_network
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from pydantic import Field, ValidationError, field_validator
@@ -153,7 +154,7 @@ class Settings(BaseSettings):
         return (self.data_dir / "dagster-home").resolve()
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment; a bad value raises SettingsError naming the variable."""
     try:
         return Settings(**overrides)

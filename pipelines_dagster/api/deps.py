@@ -24,7 +24,8 @@ class ApiServices:
 
 
 def get_services(request: Request) -> ApiServices:
-    return request.app.state.services
+    services: ApiServices = request.app.state.services  # set by create_app
+    return services
 
 
 Api = Annotated[ApiServices, Depends(get_services)]

@@ -7,14 +7,14 @@ stay free of try/except, and the OpenAPI declarations sit next to the mapping.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from fastapi import FastAPI, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -115,7 +115,7 @@ async def _database_unreachable(request: Request, exc: sa.exc.OperationalError) 
     return _detail(status.HTTP_503_SERVICE_UNAVAILABLE, "the app database is not reachable or busy; try again shortly")
 
 
-async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     if exc.status_code == status.HTTP_400_BAD_REQUEST and isinstance(exc.__cause__, UnicodeDecodeError):
         # FastAPI answers 400 for a body it cannot decode; it is invalid input like malformed JSON.
         return _invalid([FieldError(field="body", message="the body is not valid JSON: it is not UTF-8 text")])
@@ -170,14 +170,22 @@ def _document_validation_errors(app: FastAPI) -> None:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, _request_invalid)
-    app.add_exception_handler(InvalidInputError, _input_invalid)
-    app.add_exception_handler(NotFoundError, _not_found)
-    app.add_exception_handler(RunRefused, _conflict)
-    app.add_exception_handler(SystemManagedError, _conflict)
-    app.add_exception_handler(DagsterUnavailableError, _dagster_unavailable)
-    app.add_exception_handler(LaunchFailedError, _launch_failed)
-    app.add_exception_handler(sa.exc.OperationalError, _database_unreachable)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    _handle(app, RequestValidationError, _request_invalid)
+    _handle(app, InvalidInputError, _input_invalid)
+    _handle(app, NotFoundError, _not_found)
+    _handle(app, RunRefused, _conflict)
+    _handle(app, SystemManagedError, _conflict)
+    _handle(app, DagsterUnavailableError, _dagster_unavailable)
+    _handle(app, LaunchFailedError, _launch_failed)
+    _handle(app, sa.exc.OperationalError, _database_unreachable)
+    _handle(app, StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
     _document_validation_errors(app)
+
+
+E = TypeVar("E", bound=Exception)
+
+
+def _handle(app: FastAPI, exc_class: type[E], handler: Callable[[Request, E], Awaitable[Response]]) -> None:
+    """Register a handler, checked against the class it handles (Starlette only runs it for that class)."""
+    app.add_exception_handler(exc_class, handler)  # type: ignore[arg-type]  # Starlette types every handler as taking any Exception

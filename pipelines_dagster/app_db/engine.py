@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from sqlalchemy.dialects import postgresql, sqlite
 
 
 def create_engine(url: str) -> sa.Engine:
@@ -29,7 +34,7 @@ def create_engine(url: str) -> sa.Engine:
     return sa.create_engine(parsed, pool_pre_ping=True)
 
 
-def _sqlite_on_connect(dbapi_connection, _record) -> None:
+def _sqlite_on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
@@ -49,7 +54,9 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
-def dialect_insert(bind: sa.Engine | sa.Connection | Session, table: sa.Table | type) -> Any:
+def dialect_insert(
+    bind: sa.Engine | sa.Connection | Session, table: sa.Table | type
+) -> postgresql.Insert | sqlite.Insert:
     """INSERT with ON CONFLICT support for the bind's backend (SQLite and PostgreSQL share the API)."""
     from sqlalchemy.dialects import postgresql, sqlite
 

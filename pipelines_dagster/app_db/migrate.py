@@ -31,7 +31,7 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
 
-def head_revision() -> str:
+def head_revision() -> str | None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     return ScriptDirectory.from_config(config).get_current_head()

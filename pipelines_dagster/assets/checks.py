@@ -72,7 +72,7 @@ def blob_readable(
     try:
         records = sum(1 for _ in read_crawl(blob_store.store(), blob_key))
     except BlobNotFoundError:
-        problem = "is missing from the blob store; re-run crawl_results to store a new crawl"
+        problem: str | None = "is missing from the blob store; re-run crawl_results to store a new crawl"
     except json.JSONDecodeError as exc:  # orjson reports bad UTF-8 this way too
         problem = f"is not valid JSON Lines ({exc}); re-run crawl_results to replace it"
     except CrawlRecordError as exc:
@@ -88,9 +88,9 @@ def blob_readable(
     )
 
 
-def _blank(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+def _blank(column: sa.SQLColumnExpression[str | None]) -> sa.ColumnElement[bool]:
     """NULL or only whitespace; trim() strips spaces alone on SQLite and PostgreSQL, so the rest become spaces."""
-    text = sa.func.coalesce(column, "")
+    text: sa.ColumnElement[str] = sa.func.coalesce(column, "")
     for whitespace in ("\n", "\r", "\t"):
         text = sa.func.replace(text, whitespace, " ")
     return sa.func.trim(text) == ""

@@ -167,7 +167,7 @@ def crawl_results(
     billing: BillingResource,
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
-) -> Iterator[dg.MaterializeResult | Event]:
+) -> Iterator[dg.MaterializeResult[Any] | Event]:
     try:
         _tag_the_run(context, app_db)
         crawl = crawl_partition(

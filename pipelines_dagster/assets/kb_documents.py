@@ -4,6 +4,7 @@ Reads the blob, never the web, so a backfill of this asset alone re-indexes
 without crawling or charging. Pipelines that keep only the raw crawl skip it.
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -59,7 +60,9 @@ def index_partition(
     kinds={"python"},
     description=__doc__,
 )
-def kb_documents(context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource):
+def kb_documents(
+    context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
+) -> Iterator[dg.MaterializeResult[Any]]:
     metadata = index_partition(
         context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, log=context.log
     )

@@ -56,7 +56,7 @@ def changes_partition(
 @dg.asset(partitions_def=pipelines_partitions, deps=[CRAWL_RESULTS], kinds={"python"}, description=__doc__)
 def page_changes(
     context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
-) -> dg.MaterializeResult:
+) -> dg.MaterializeResult[Any]:
     return dg.MaterializeResult(
         metadata=changes_partition(context.instance, context.partition_key, app_db=app_db, blob_store=blob_store)
     )

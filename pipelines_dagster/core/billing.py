@@ -72,7 +72,9 @@ class Billing:
             account_id = _account_id(session, workspace_id)
             if _insert_ledger(session, account_id, LedgerKind.GRANT, micros, key) is not None:
                 _add_to_balance(session, account_id, micros)
-            return session.scalar(sa.select(CreditAccount.balance_micros).where(CreditAccount.id == account_id))
+            return session.execute(
+                sa.select(CreditAccount.balance_micros).where(CreditAccount.id == account_id)
+            ).scalar_one()
 
     def check_credits(self, workspace_id: int, url_count: int) -> None:
         """Raise InsufficientCreditsError unless the balance covers every URL succeeding."""
@@ -144,7 +146,7 @@ def _account_id(session: Session, workspace_id: int) -> int:
         .values(workspace_id=workspace_id, owner_user_id=owner, balance_micros=0)
         .on_conflict_do_nothing(index_elements=["workspace_id"])
     )
-    return session.scalar(sa.select(CreditAccount.id).where(CreditAccount.workspace_id == workspace_id))
+    return session.execute(sa.select(CreditAccount.id).where(CreditAccount.workspace_id == workspace_id)).scalar_one()
 
 
 def _insert_ledger(session: Session, account_id: int, kind: LedgerKind, delta: int, key: str) -> int | None:

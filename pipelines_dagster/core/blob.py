@@ -49,7 +49,7 @@ class BlobNotFoundError(KeyError):
 
     def __str__(self) -> str:
         # KeyError's own __str__ shows the repr of its argument, quotes and all.
-        return self.args[0]
+        return str(self.args[0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,7 +192,7 @@ def reconcile_connector_indexing(session: Session, connector_id: int, *, now: da
     session.flush()
 
 
-def _schedule_triggers() -> sa.Select:
+def _schedule_triggers() -> sa.Select[PipelineTrigger]:
     return sa.select(PipelineTrigger).where(PipelineTrigger.kind == TriggerKind.SCHEDULE.value)
 
 

@@ -97,7 +97,7 @@ def _create_pending(
                     sa.select(Document.unique_identifier_hash).where(Document.unique_identifier_hash.in_(identities))
                 )
             )
-            rows = [
+            rows: list[dict[str, object]] = [
                 {
                     "workspace_id": destination.workspace_id,
                     "folder_id": destination.folder_id,

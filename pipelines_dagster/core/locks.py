@@ -167,10 +167,10 @@ class RedisLocks(Locks):
         return bool(self._client.set(self._key(name), owner, nx=True, px=_ttl_ms(ttl_seconds)))
 
     def release(self, name: str, owner: str) -> bool:
-        return self._release(keys=[self._key(name)], args=[owner]) == 1
+        return bool(self._release(keys=[self._key(name)], args=[owner]) == 1)
 
     def renew(self, name: str, owner: str, *, ttl_seconds: float) -> bool:
-        return self._renew(keys=[self._key(name)], args=[owner, _ttl_ms(ttl_seconds)]) == 1
+        return bool(self._renew(keys=[self._key(name)], args=[owner, _ttl_ms(ttl_seconds)]) == 1)
 
     def owner_of(self, name: str) -> str | None:
         value = self._client.get(self._key(name))

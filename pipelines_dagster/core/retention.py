@@ -67,6 +67,8 @@ def prune_webhook_deliveries(sessions: sessionmaker[Session], *, older_than: dat
     """
     with transaction(sessions) as session:
         result = session.execute(sa.delete(WebhookDelivery).where(WebhookDelivery.received_at < older_than))
+        # A bulk DELETE's result is a CursorResult, the one kind that counts rows.
+        assert isinstance(result, sa.CursorResult)
         return result.rowcount
 
 

@@ -87,7 +87,7 @@ def heal_missing_next_fire(sessions: sessionmaker[Session], *, now: datetime, ba
         return len(triggers)
 
 
-def due_query(*, now: datetime, batch_size: int) -> sa.Select:
+def due_query(*, now: datetime, batch_size: int) -> sa.Select[PipelineTrigger, bool]:
     """Due triggers with their pipeline's switch, locked for this transaction, skipping rows another holds."""
     return (
         sa.select(PipelineTrigger, Pipeline.enabled)
@@ -113,6 +113,7 @@ def claim_due(sessions: sessionmaker[Session], *, limit: int, now: datetime) -> 
         taken: Taken[Fire] = Taken(rows=len(rows))
         for trigger, pipeline_enabled in rows:
             scheduled_for = trigger.next_fire_at
+            assert scheduled_for is not None  # due_query claims only rows with next_fire_at <= now
             if not _advance(trigger, now):
                 taken.skipped += 1  # an invalid schedule: the trigger is disabled with the reason
                 continue

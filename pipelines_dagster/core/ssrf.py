@@ -142,6 +142,7 @@ class PinnedTransport(httpx.AsyncHTTPTransport):
     """
 
     def __init__(self, guard: AddressGuard, *, limits: httpx.Limits | None = None) -> None:
+        # The pool below is built from these too, so httpx's default stands in for None here already.
         limits = limits or httpx.Limits()
         super().__init__(verify=_tls_context(), limits=limits)
         # httpx 0.28 cannot pass a network backend to its pool (encode/httpx#3749), so the pool it

@@ -147,7 +147,7 @@ def take_event_batch(sessions: sessionmaker[Session], *, limit: int, now: dateti
             if events
             else []
         )
-        by_topic: dict[tuple[int, str], list[tuple[int, int, int | None]]] = {}
+        by_topic: dict[tuple[int, str | None], list[tuple[int, int, int | None]]] = {}
         for trigger_id, workspace_id, event_type, pipeline_id, connector_id in subscriptions:
             by_topic.setdefault((workspace_id, event_type), []).append((trigger_id, pipeline_id, connector_id))
         taken: Taken[EventFire] = Taken(rows=len(events))

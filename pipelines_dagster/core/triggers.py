@@ -347,11 +347,12 @@ def accept_delivery(
     )
     if inserted is not None:
         return DeliveryAccepted(inserted, duplicate=False)
-    earlier = session.scalar(
+    # The insert conflicted, so the earlier delivery's row is there.
+    earlier = session.execute(
         sa.select(WebhookDelivery.id).where(
             WebhookDelivery.trigger_id == trigger.id, WebhookDelivery.dedupe_key == dedupe_key
         )
-    )
+    ).scalar_one()
     return DeliveryAccepted(earlier, duplicate=True)
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
 import dagster as dg
 
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
-from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
+from pipelines_dagster.resources.blob_store import BlobStoreResource, LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
-from pipelines_dagster.resources.locks import DatabaseLocksResource, RedisLocksResource
+from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
 from pipelines_dagster.settings import ENV_PREFIX, Settings
 
 
@@ -25,21 +26,31 @@ def _from_env(field: str, value: str) -> str:
     return dg.EnvVar(name) if os.environ.get(name) == value else value
 
 
-def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
+class Resources(TypedDict):
+    """The resources by the names the assets, checks and sensors take them as."""
+
+    app_db: AppDatabaseResource
+    blob_store: BlobStoreResource
+    locks: LocksResource
+    crawler: CrawlerResource
+    billing: BillingResource
+
+
+def build_resources(settings: Settings) -> Resources:
     database_url = _from_env("database_url", settings.resolved_database_url)
     app_db = AppDatabaseResource(url=database_url)
 
     if settings.s3_location is not None:
         bucket, prefix = settings.s3_location
         # AWS credentials stay with boto3's own chain (env, profile, instance role).
-        blob_store: dg.ConfigurableResource = S3BlobStoreResource(
+        blob_store: BlobStoreResource = S3BlobStoreResource(
             bucket=bucket, prefix=prefix, endpoint_url=settings.s3_endpoint_url
         )
     else:
         blob_store = LocalBlobStoreResource(root=str(settings.blob_dir))
 
     if settings.locks == "database":
-        locks: dg.ConfigurableResource = DatabaseLocksResource(database_url=database_url)
+        locks: LocksResource = DatabaseLocksResource(database_url=database_url)
     else:
         locks = RedisLocksResource(url=_from_env("locks", settings.locks))
 

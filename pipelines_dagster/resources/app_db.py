@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 
 
-class AppDatabaseResource(dg.ConfigurableResource):
+class AppDatabaseResource(dg.ConfigurableResource["AppDatabaseResource"]):
     url: str
 
     _engine: sa.Engine | None = PrivateAttr(default=None)

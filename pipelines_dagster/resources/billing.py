@@ -11,7 +11,7 @@ from pipelines_dagster.core.billing import Billing, ChargeResult
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 
 
-class BillingResource(dg.ConfigurableResource):
+class BillingResource(dg.ConfigurableResource["BillingResource"]):
     app_db: AppDatabaseResource
     billing_enabled: bool = False
     micros_per_crawl: int = 1000

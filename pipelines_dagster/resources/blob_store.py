@@ -13,7 +13,7 @@ from pydantic import PrivateAttr
 from pipelines_dagster.core.blob import DEFAULT_CHUNK_SIZE, BlobInfo, BlobStore, LocalBlobStore, S3BlobStore
 
 
-class BlobStoreResource(dg.ConfigurableResource, ABC):
+class BlobStoreResource(dg.ConfigurableResource["BlobStoreResource"], ABC):
     _store: BlobStore | None = PrivateAttr(default=None)
 
     @abstractmethod

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
 
 
-class CrawlerResource(dg.ConfigurableResource):
+class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
     user_agent: str = CrawlerConfig.user_agent
     global_concurrency: int = CrawlerConfig.global_concurrency
     per_host_concurrency: int = CrawlerConfig.per_host_concurrency

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import redis
 
 
-class LocksResource(dg.ConfigurableResource, ABC):
+class LocksResource(dg.ConfigurableResource["LocksResource"], ABC):
     _locks: Locks | None = PrivateAttr(default=None)
 
     @abstractmethod

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.core.fires import Fire, Taken
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.partitions import pipelines_partitions
+from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, partition_key, pipeline_ids_of
 
@@ -36,7 +36,7 @@ def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
 
 
 def known_partitions(context: dg.SensorEvaluationContext) -> set[str]:
-    return set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
+    return set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
 
 
 def pipeline_run_request(fire: Fire) -> dg.RunRequest:

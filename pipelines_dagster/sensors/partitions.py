@@ -6,7 +6,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.partitions import partition_key, pipelines_partitions
+from pipelines_dagster.partitions import PARTITIONS_NAME, partition_key, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 
 
@@ -19,7 +19,7 @@ from pipelines_dagster.resources.app_db import AppDatabaseResource
 def pipeline_partitions_sync(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
     with app_db.sessions() as session:
         wanted = {partition_key(pipeline_id) for pipeline_id in session.scalars(sa.select(Pipeline.id))}
-    existing = set(context.instance.get_dynamic_partitions(pipelines_partitions.name))
+    existing = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     # A pipeline is created with its partition inside one transaction, so a partition can
     # briefly precede its committed row: remove one only when it was missing last tick too.
     missing_before = set(json.loads(context.cursor)) if context.cursor else set()

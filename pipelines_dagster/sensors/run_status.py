@@ -19,7 +19,10 @@ def release_run_locks(run: dg.DagsterRun, *, locks: LocksResource, app_db: AppDa
         connector_ids = session.scalars(
             sa.select(Pipeline.connector_id).where(Pipeline.id.in_(pipeline_ids), Pipeline.connector_id.is_not(None))
         ).all()
-    names = [*map(pipeline_lock_name, pipeline_ids), *map(connector_lock_name, sorted(set(connector_ids)))]
+    names = [
+        *map(pipeline_lock_name, pipeline_ids),
+        *map(connector_lock_name, sorted({c for c in connector_ids if c is not None})),
+    ]
     return [name for name in names if locks.release(name, run.run_id)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from alembic import context
 
 from pipelines_dagster.app_db.engine import create_engine
@@ -10,7 +11,7 @@ from pipelines_dagster.app_db.models import Base
 config = context.config
 
 
-def _run(connection) -> None:
+def _run(connection: sa.Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
@@ -26,5 +27,7 @@ connection = config.attributes.get("connection")
 if connection is not None:
     _run(connection)
 else:
-    with create_engine(config.get_main_option("sqlalchemy.url")).connect() as conn:
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None  # alembic_config() sets it
+    with create_engine(url).connect() as conn:
         _run(conn)

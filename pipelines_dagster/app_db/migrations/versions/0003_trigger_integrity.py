@@ -13,6 +13,7 @@ keys keep a row that did get its run from getting a second.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -25,7 +26,7 @@ depends_on = None
 PENDING = sa.text("requested_at IS NULL")
 
 
-def _checked(name: str, type_: sa.types.TypeEngine, check: str, **kwargs) -> sa.Column:
+def _checked(name: str, type_: sa.types.TypeEngine[Any], check: str, **kwargs: Any) -> sa.Column[Any]:
     # SQLite cannot add a table constraint to an existing table, but takes one on a new column.
     return sa.Column(name, type_, sa.CheckConstraint(check, name=f"{name}_valid"), **kwargs)
 

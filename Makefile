@@ -66,8 +66,11 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Test files run on PYTEST_WORKERS processes (each file on one, so a file's deployment is started
+# once); most of a test's time is spent waiting on a real service, so more workers than cores pays.
+PYTEST_WORKERS ?= 3
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Each prints its figures and exits non-zero when it misses its target.
 bench: install

@@ -40,6 +40,12 @@ def _reachable(url: str, default_port: int) -> str | None:
         return str(exc)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end files (each a whole deployment, minutes long) first, so that parallel workers
+    start on them and do not end with one worker still running the longest file alone."""
+    items.sort(key=lambda item: not item.path.name.startswith("test_e2e_"))
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh, migrated PostgreSQL database for this test session, dropped afterwards."""

@@ -71,6 +71,8 @@ def test_production_values_are_parsed(monkeypatch):
         ("PIPELINES_MICROS_PER_CRAWL", "lots"),
         ("PIPELINES_CRAWLER_ALLOW_PRIVATE_NETWORKS", "perhaps"),
         ("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "127.0.0.1/32,localhost"),
+        ("PIPELINES_TRIGGER_BATCH_SIZE", "0"),
+        ("PIPELINES_TRIGGER_MAX_PER_TICK", "none"),
     ],
 )
 def test_a_wrong_value_fails_naming_the_variable(monkeypatch, variable, value):
@@ -79,3 +81,12 @@ def test_a_wrong_value_fails_naming_the_variable(monkeypatch, variable, value):
         load_settings()
     assert str(raised.value).startswith(f"{variable}: ")
     assert repr(value) in str(raised.value)
+
+
+def test_the_trigger_sensors_budgets_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("PIPELINES_TRIGGER_BATCH_SIZE", "50")
+    monkeypatch.setenv("PIPELINES_TRIGGER_MAX_PER_TICK", "200")
+    monkeypatch.setenv("PIPELINES_SCHEDULE_BATCH_SIZE", "70")
+    settings = load_settings()
+    assert (settings.trigger_budget.batch_size, settings.trigger_budget.max_rows) == (50, 200)
+    assert (settings.schedule_budget.batch_size, settings.schedule_budget.max_rows) == (70, None)

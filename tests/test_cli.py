@@ -347,20 +347,15 @@ def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, co
     assert partitions(tmp_path) == [str(made["id"])]
 
 
+def own_indexing_connector(cli, ws: str) -> dict:
+    """A web connector with its own periodic indexing (a system-managed pipeline)."""
+    command = f"connector create --workspace {ws} --type webcrawler --url https://example.com/ --index-every-minutes 60"
+    return cli.json(*command.split())
+
+
 def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
     ws = str(workspace["id"])
-    own = cli.json(
-        "connector",
-        "create",
-        "--workspace",
-        ws,
-        "--type",
-        "webcrawler",
-        "--url",
-        "https://example.com/",
-        "--index-every-minutes",
-        "60",
-    )
+    own = own_indexing_connector(cli, ws)
     assert own["periodic_indexing_enabled"] is True and len(own["pipeline_ids"]) == 1
     assert partitions(tmp_path) == [str(own["pipeline_ids"][0])]
 
@@ -596,18 +591,7 @@ def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, work
 
 def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
     ws = str(workspace["id"])
-    own = cli.json(
-        "connector",
-        "create",
-        "--workspace",
-        ws,
-        "--type",
-        "webcrawler",
-        "--url",
-        "https://example.com/",
-        "--index-every-minutes",
-        "60",
-    )
+    own = own_indexing_connector(cli, ws)
     [system_id] = own["pipeline_ids"]
     before = row_counts(cli.engine())
     for command in (["update", "--name", "mine"], ["disable"], ["delete"]):

@@ -291,7 +291,7 @@ class RunHistory:
             query = query.where(Pipeline.id == pipeline_id)
         with self._sessions() as session:
             # Its rows, not the Result: dict() would take a Result, which has keys(), for a mapping.
-            return dict(session.execute(query).tuples().all())
+            return dict(session.execute(query).all())
 
     def _run_records(
         self,

@@ -51,6 +51,7 @@ class Frontier:
         self.spool_dir = spool_dir
         self.admitted = 0
         self.truncated = False
+        self._closed = False
         # Admitted URLs only: a refusal is not remembered, so a URL refused as too deep can still be
         # admitted from a shallower page, and the set is bounded by max_pages.
         self._seen: set[int] = set()
@@ -73,6 +74,8 @@ class Frontier:
         """Admit a discovered page; False when it was already admitted, is deeper than max_depth, or
         the page budget is spent (then `truncated` is set: discovery stopped short of the site)."""
         _at_least("depth", depth, 0)
+        if self._closed:
+            raise ValueError("the frontier is closed; adding to it would open a spool file nothing deletes")
         key = _digest(url)
         if key in self._seen or depth > self.max_depth:
             return False
@@ -100,7 +103,7 @@ class Frontier:
         return batch
 
     def close(self) -> None:
-        """Close and delete the spool file; the pending entries it held are dropped."""
+        """Close and delete the spool file; pending entries are dropped."""
         for handle in (self._writer, self._reader):
             if handle is not None:
                 handle.close()
@@ -108,6 +111,8 @@ class Frontier:
             self._spool_path.unlink(missing_ok=True)
         self._writer = self._reader = self._spool_path = None
         self._spooled = 0
+        self._memory.clear()
+        self._closed = True
 
     def __enter__(self) -> Self:
         return self

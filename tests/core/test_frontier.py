@@ -77,9 +77,12 @@ def test_the_spool_file_is_removed_on_close_and_entries_survive_it_verbatim(tmp_
             frontier.add(url, 1)
         spool = frontier.spool_path
         assert spool is not None and list(tmp_path.iterdir()) == [spool]
-        assert frontier.pop_batch(10) == [(url, 1) for url in urls]
+        assert frontier.pop_batch(4) == [(url, 1) for url in urls[:4]]
         raise RuntimeError("the crawl fails")
-    assert list(tmp_path.iterdir()) == [] and frontier.spool_path is None
+    assert list(tmp_path.iterdir()) == [] and frontier.spool_path is None and frontier.pending == 0
+    with pytest.raises(ValueError, match="closed"):
+        frontier.add("https://e.com/late", 1)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_arguments_name_the_parameter():

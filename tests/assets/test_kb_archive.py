@@ -33,22 +33,22 @@ def logged(stack: Stack, result: dg.ExecuteInProcessResult) -> str:
     return "\n".join(entry.user_message for entry in stack.instance.all_logs(result.run_id))
 
 
-def test_a_url_removed_from_the_list_is_archived_and_restored_when_it_returns(embedded: Stack):
-    urls = embedded.site(5)
-    workspace_id, pipeline_id = embedded.pipeline(urls)
-    assert kb_counts(embedded.run(pipeline_id, workspace_id)) == (0, 0)
-    set_urls(embedded, pipeline_id, urls[:4])
-    second = embedded.run(pipeline_id, workspace_id)
+def test_a_url_removed_from_the_list_is_archived_and_restored_when_it_returns(stack: Stack):
+    urls = stack.site(5)
+    workspace_id, pipeline_id = stack.pipeline(urls)
+    assert kb_counts(stack.run(pipeline_id, workspace_id)) == (0, 0)
+    set_urls(stack, pipeline_id, urls[:4])
+    second = stack.run(pipeline_id, workspace_id)
     assert second.success and kb_counts(second) == (1, 0)
-    assert archived(embedded, workspace_id) == {urls[4]: second.run_id}
+    assert archived(stack, workspace_id) == {urls[4]: second.run_id}
     # Still in the KB, with its content.
-    [kept] = [d for d in embedded.documents(workspace_id) if d.url == urls[4]]
+    [kept] = [d for d in stack.documents(workspace_id) if d.url == urls[4]]
     assert kept.status_state == "ready" and "Paragraph about topic 4" in kept.content
 
-    set_urls(embedded, pipeline_id, urls)
-    third = embedded.run(pipeline_id, workspace_id)
+    set_urls(stack, pipeline_id, urls)
+    third = stack.run(pipeline_id, workspace_id)
     assert kb_counts(third) == (0, 1)
-    assert archived(embedded, workspace_id) == {}
+    assert archived(stack, workspace_id) == {}
 
 
 def test_a_page_answering_404_or_410_is_archived(embedded: Stack):

@@ -12,7 +12,7 @@ from importlib.metadata import version
 import dagster as dg
 from fastapi import FastAPI
 
-from pipelines_dagster.api import changes, pipelines, runs, triggers
+from pipelines_dagster.api import changes, documents, pipelines, runs, triggers
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
@@ -106,6 +106,6 @@ def create_app(
     )
     install_error_handlers(app)
     _redact_access_log()
-    for router in (pipelines.router, runs.router, changes.router, triggers.router, triggers.webhooks):
+    for router in (pipelines.router, runs.router, changes.router, documents.router, triggers.router, triggers.webhooks):
         app.include_router(router)
     return app

@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core.catalog import PipelineChanges, initial_urls
+from pipelines_dagster.core.document_list import DocumentView
 from pipelines_dagster.core.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
@@ -250,3 +251,8 @@ class FieldError(BaseModel):
 
 class ValidationErrorResponse(BaseModel):
     detail: list[FieldError]
+
+
+class DocumentPage(BaseModel):
+    documents: list[DocumentView]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")

@@ -287,7 +287,11 @@ class DomainEvent(Base):
 
 class Document(Base):
     __tablename__ = "documents"
-    __table_args__ = (_enum_check("status_state", DocumentState),)
+    __table_args__ = (
+        _enum_check("status_state", DocumentState),
+        # A pipeline's documents listed newest first, a page at a time.
+        sa.Index("ix_documents_pipeline_id_id", "pipeline_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
@@ -306,6 +310,11 @@ class Document(Base):
     status_reason: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    # Set when a healthy crawl no longer covers the page (left the list or the site, or 404/410);
+    # the row and its content are kept, and cleared when a later crawl stores the page again.
+    archived_at: Mapped[datetime | None]
+    # The crawl_results run whose crawl archived it.
+    archived_by_run_id: Mapped[str | None] = mapped_column(sa.String(64))
 
 
 class PageChange(Base):

@@ -13,7 +13,6 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.assets.checks import (
-    DEFAULT_MIN_SUCCESS_RATIO,
     blob_readable,
     check_evaluation,
     crawl_blob_readable,
@@ -24,6 +23,7 @@ from pipelines_dagster.assets.checks import (
 )
 from pipelines_dagster.assets.kb_documents import index_partition, kb_documents
 from pipelines_dagster.assets.page_changes import changes_partition, page_changes
+from pipelines_dagster.core.kb_archive import DEFAULT_MIN_SUCCESS_RATIO
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource

@@ -10,14 +10,17 @@ from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.blob import BlobNotFoundError
 from pipelines_dagster.core.crawl_record import CrawlRecordError, read_crawl
+from pipelines_dagster.core.kb_archive import (
+    DEFAULT_MIN_SUCCESS_RATIO,
+    THRESHOLD_KEY,
+    succeeded_share,
+    success_threshold,
+)
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 
-# A pipeline may set its own threshold in its config, e.g. {"MIN_SUCCESS_RATIO": 0.95}.
-THRESHOLD_KEY = "MIN_SUCCESS_RATIO"
-DEFAULT_MIN_SUCCESS_RATIO = 0.8
 MAX_LISTED = 20
 
 
@@ -51,9 +54,9 @@ def success_ratio(
         return _no_crawl(partition_key, dg.AssetCheckSeverity.WARN)
     with app_db.sessions() as session:
         pipeline = session.get(Pipeline, int(partition_key))
-    threshold = float((pipeline.config if pipeline else {}).get(THRESHOLD_KEY, default_threshold))
+    threshold = success_threshold(pipeline.config if pipeline else {}, default=default_threshold)
     attempted, succeeded = crawl.urls_attempted or 0, crawl.urls_succeeded or 0
-    ratio = succeeded / attempted if attempted else 0.0
+    ratio = succeeded_share(succeeded=succeeded, attempted=attempted)
     return dg.AssetCheckResult(
         passed=ratio >= threshold,
         severity=dg.AssetCheckSeverity.WARN,

@@ -2,17 +2,21 @@
 
 Reads the blob, never the web, so a backfill of this asset alone re-indexes
 without crawling or charging. Pipelines that keep only the raw crawl skip it.
+After a healthy crawl, documents whose page left the crawl are archived.
 """
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl
+from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl_with_metadata
 from pipelines_dagster.core.crawl_record import read_crawl
-from pipelines_dagster.core.kb_index import Destination, index_crawl
-from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
+from pipelines_dagster.core.kb_archive import archive_missing, crawl_health_problem, success_threshold
+from pipelines_dagster.core.kb_index import Destination, IndexStats, index_crawl
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, StoredCrawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
@@ -32,7 +36,7 @@ def index_partition(
     if not pipeline.save_to_kb:
         log.info(f"pipeline {pipeline.id} keeps the raw crawl only; no documents to write")
         return None
-    blob_key, crawl_run_id = stored_crawl(instance, partition_key)
+    blob_key, crawl = stored_crawl_with_metadata(instance, partition_key)
     store = blob_store.store()
     destination = Destination(
         workspace_id=pipeline.workspace_id,
@@ -41,15 +45,49 @@ def index_partition(
         folder_id=pipeline.destination_folder_id,
     )
     stats = index_crawl(app_db.sessions, destination, lambda: read_crawl(store, blob_key))
+    archived = archive_left_pages(app_db, destination, pipeline, crawl, stats, log=log)
     return {
         "documents_created": stats.created,
         "documents_updated": stats.updated,
         "documents_unchanged": stats.unchanged,
         "documents_failed": stats.failed,
+        "documents_archived": archived,
+        "documents_restored": stats.restored,
         "folder_id": pipeline.destination_folder_id if pipeline.destination_folder_id is not None else "root",
         "source_blob_key": blob_key,
-        "source_crawl_run_id": crawl_run_id,
+        "source_crawl_run_id": crawl.run_id,
     }
+
+
+def archive_left_pages(
+    app_db: AppDatabaseResource,
+    destination: Destination,
+    pipeline: Pipeline,
+    crawl: StoredCrawl,
+    stats: IndexStats,
+    *,
+    log: dg.DagsterLogManager,
+) -> int:
+    """Archive the documents whose page the crawl no longer covers, when the crawl is healthy; the number archived."""
+    counts = crawl.metadata
+    problem = crawl_health_problem(
+        succeeded=counts.urls_succeeded or 0,
+        attempted=counts.urls_attempted or 0,
+        threshold=success_threshold(pipeline.config),
+        # A list crawl covers its whole list; the site crawl's discovery will say when it stopped at max pages.
+        truncated=False,
+    )
+    if problem is not None:
+        log.info(f"pipeline {pipeline.id}: no documents archived, the crawl cannot tell which pages left: {problem}")
+        return 0
+    return archive_missing(
+        app_db.sessions,
+        destination,
+        crawled_urls=stats.crawled_urls,
+        gone_urls=stats.gone_urls,
+        run_id=crawl.run_id,
+        now=datetime.now(UTC),
+    )
 
 
 @dg.asset(

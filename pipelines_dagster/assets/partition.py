@@ -3,7 +3,7 @@
 import dagster as dg
 
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.crawl_metadata import latest_crawl
+from pipelines_dagster.crawl_metadata import StoredCrawl, latest_crawl
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 
 
@@ -13,10 +13,16 @@ def refused(reason: str) -> dg.Failure:
 
 def stored_crawl(instance: dg.DagsterInstance, partition_key: str) -> tuple[str, str]:
     """(blob key, run id) of the partition's newest crawl, for assets built from stored crawls."""
+    blob_key, latest = stored_crawl_with_metadata(instance, partition_key)
+    return blob_key, latest.run_id
+
+
+def stored_crawl_with_metadata(instance: dg.DagsterInstance, partition_key: str) -> tuple[str, StoredCrawl]:
+    """(blob key, the crawl) of the partition's newest crawl, for an asset that also reads its counts."""
     latest = latest_crawl(instance, partition_key)
     if latest is None or latest.blob_key is None:
         raise refused(f"pipeline {partition_key} has no stored crawl yet; materialize crawl_results first")
-    return latest.blob_key, latest.run_id
+    return latest.blob_key, latest
 
 
 def partition_pipeline(app_db: AppDatabaseResource, partition_key: str) -> Pipeline:

@@ -3,15 +3,17 @@
 Phase one makes a `pending` document for every URL not yet in the workspace, so
 the KB shows what is coming; phase two fills in content in batches, updating
 in place and skipping pages whose content hash has not changed. A failed or
-empty page marks its document failed but keeps its last good content.
+empty page marks its document failed but keeps its last good content; an
+archived document whose page is stored again is restored.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import orm
@@ -23,6 +25,9 @@ from pipelines_dagster.core.crawl_record import CrawlRecord
 
 DOCUMENT_TYPE = "CRAWLED_URL"
 DEFAULT_BATCH_SIZE = 500
+T = TypeVar("T")
+# A page answering these is gone; any other failure is a bad crawl that says nothing about the page.
+GONE_HTTP_STATUSES = frozenset({404, 410})
 
 
 def document_identity(url: str, workspace_id: int) -> str:
@@ -40,6 +45,12 @@ class IndexStats:
     updated: int = 0
     unchanged: int = 0
     failed: int = 0
+    restored: int = 0
+    """Archived documents whose page this crawl stored again (counted as created/updated/unchanged too)."""
+    crawled_urls: set[str] = field(default_factory=set)
+    gone_urls: set[str] = field(default_factory=set)
+    """The crawl's URLs that answered 404/410: what archiving needs, gathered while indexing so the
+    blob is not read a third time."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,8 +62,9 @@ class Destination:
     """None is the workspace root."""
 
 
-def _batches(records: Iterable[CrawlRecord], size: int) -> Iterator[list[CrawlRecord]]:
-    iterator = iter(records)
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """`items` in lists of `size`, the last one shorter (itertools.batched from Python 3.12)."""
+    iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
 
@@ -67,17 +79,20 @@ def index_crawl(
     """Index crawl records (one per URL, as stored in the crawl blob); `records` is read twice."""
     _create_pending(sessions, destination, records(), batch_size)
     stats = IndexStats()
-    for batch in _batches(records(), batch_size):
+    for batch in chunks(records(), batch_size):
         with sessions() as session, session.begin():
             by_identity = _documents(session, destination.workspace_id, batch)
             for record in batch:
                 document = by_identity[document_identity(record.url, destination.workspace_id)]
+                stats.crawled_urls.add(record.url)
                 if record.succeeded:
                     _apply_content(document, record, destination, stats)
                 else:
                     document.status_state = DocumentState.FAILED.value
                     document.status_reason = record.error or f"crawl ended {record.status}"
                     stats.failed += 1
+                    if record.http_status in GONE_HTTP_STATUSES:
+                        stats.gone_urls.add(record.url)
     return stats
 
 
@@ -88,7 +103,7 @@ def _create_pending(
     batch_size: int,
 ) -> None:
     """Insert pending rows for URLs the workspace has no document for."""
-    for batch in _batches(records, batch_size):
+    for batch in chunks(records, batch_size):
         identities = {document_identity(record.url, destination.workspace_id): record.url for record in batch}
         with sessions() as session, session.begin():
             # On a re-crawl every document exists already: look before inserting anything.
@@ -140,6 +155,9 @@ def _apply_content(
 ) -> None:
     # A document that never held content (pending, or failed until now) is created by this crawl.
     is_new = document.content_hash is None
+    if document.archived_at is not None:
+        document.archived_at, document.archived_by_run_id = None, None
+        stats.restored += 1
     content = record.content
     digest = record.content_hash or content_hash(content)
     if (

@@ -15,14 +15,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange, PageChangeStatus, PageState
 from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, content_hash
+from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, GONE_HTTP_STATUSES, content_hash
 
 Observation = Literal["seen", "gone", "skipped"]
 
 MAX_DIFF_BYTES = 64 * 1024
 TRUNCATED_NOTE = "\n... diff truncated at {limit} bytes of {total}\n"
-# A page answering these is gone; any other failure is a bad crawl that says nothing about the page.
-GONE_HTTP_STATUSES = frozenset({404, 410})
 MAX_LIMIT = 100
 
 

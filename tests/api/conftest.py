@@ -212,6 +212,16 @@ def issue_token(sessions: sessionmaker[Session], workspace_id: int) -> str:
         return catalog.issue_api_token(session, workspace_id)
 
 
+def tenants_of(
+    stack: Stack, client_for, data_dir: Path, workspaces: dict[str, int]
+) -> tuple[TestClient, dict[str, Tenant]]:
+    """A client over the stack's deployment (launching nowhere) and a token for each named workspace."""
+    client = client_for(
+        stack_settings(stack, data_dir), stack.instance, GraphQLLauncher(f"http://127.0.0.1:{free_port()}")
+    )
+    return client, {name: Tenant(ws, issue_token(stack.sessions, ws)) for name, ws in workspaces.items()}
+
+
 @pytest.fixture
 def instance() -> Iterator[dg.DagsterInstance]:
     with dg.instance_for_test() as test_instance:

@@ -9,8 +9,7 @@ import pytest
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.launch import GraphQLLauncher
-from tests.api.conftest import Tenant, free_port, issue_token, stack_settings
+from tests.api.conftest import tenants_of
 from tests.assets.conftest import Stack
 from tests.support.web import page
 
@@ -28,14 +27,7 @@ def timeline(embedded: Stack, client_for, tmp_path):
     embedded.web.route("/p3", page("Page 3", "gone", status=410))
     second = embedded.run(a_pipeline, a_workspace, assets=ALL)
     assert first.success and second.success and embedded.run(b_pipeline, b_workspace, assets=ALL).success
-    client = client_for(
-        stack_settings(embedded, tmp_path / "data"),
-        embedded.instance,
-        GraphQLLauncher(f"http://127.0.0.1:{free_port()}"),
-    )
-    tenants = {
-        name: Tenant(ws, issue_token(embedded.sessions, ws)) for name, ws in (("a", a_workspace), ("b", b_workspace))
-    }
+    client, tenants = tenants_of(embedded, client_for, tmp_path / "data", {"a": a_workspace, "b": b_workspace})
     return client, tenants, {"a": a_pipeline, "b": b_pipeline}, second.run_id, urls
 
 

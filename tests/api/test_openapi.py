@@ -96,6 +96,7 @@ def api_schema(data: Seeded, dagster_webserver: Webserver, data_dir, *, deep: bo
         f"DELETE {PIPELINE}": {"pipeline_id": data.doomed_pipeline_id},
         f"POST {PIPELINE}/run": main,
         f"GET {PIPELINE}/runs": main,
+        f"GET {PIPELINE}/documents": main,
         f"GET {RUN}": {**main, "run_id": data.run_id},
         f"GET {RUN}/result": {**main, "run_id": data.run_id},
     }

@@ -1,0 +1,45 @@
+"""A pipeline's KB documents: what it indexed, what failed, and what was archived because its page left the crawl."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from pipelines_dagster.api.auth import WorkspaceId
+from pipelines_dagster.api.deps import Api
+from pipelines_dagster.api.errors import responses
+from pipelines_dagster.api.pipelines import PipelineId
+from pipelines_dagster.api.schemas import DocumentPage
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.document_list import MAX_LIMIT, DocumentListState, list_documents
+
+router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["documents"])
+
+
+@router.get("/{pipeline_id}/documents", responses=responses(401, 404, 422, 503))
+def list_pipeline_documents(
+    workspace_id: WorkspaceId,
+    pipeline_id: PipelineId,
+    api: Api,
+    state: Annotated[
+        DocumentListState | None,
+        Query(description="Only documents in this state; `archived` ones are not counted in the others."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Documents per page.")] = 20,
+    cursor: Annotated[
+        str | None, Query(pattern=r"^[0-9]{1,18}$", description="`next_cursor` of the previous page.")
+    ] = None,
+) -> DocumentPage:
+    """The pipeline's documents, newest first, without their content; an archived one names the run that archived it."""
+    with api.sessions() as session:
+        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        rows, next_id = list_documents(
+            session,
+            workspace_id=workspace_id,
+            pipeline_id=pipeline_id,
+            state=state,
+            before_id=int(cursor) if cursor else None,
+            limit=limit,
+        )
+    return DocumentPage(documents=rows, next_cursor=str(next_id) if next_id is not None else None)

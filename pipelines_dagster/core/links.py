@@ -1,0 +1,89 @@
+"""The links a page offers a site crawl, read from the tree extraction already parsed.
+
+Followed: `<a href>` and `<area href>`, resolved against `<base href>` when the page has one.
+Not followed: links marked `rel=nofollow`, every link of a page whose robots meta tag says
+`nofollow` (or `none`), `download` links (files, not pages), and anything but http(s). The
+nofollow hints are honoured as the site's word on where crawlers need not go (login and logout
+links, sort and filter variants, calendars): the traps a crawl bounded by max pages should not
+spend its budget on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pipelines_dagster.core.urls import absolute_url
+
+if TYPE_CHECKING:
+    from lxml.html import HtmlElement
+
+_LINK_TAGS = ("a", "area")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PageLinks:
+    """A page's links, normalized and de-duplicated in document order, and its canonical URL."""
+
+    links: list[str]
+    canonical: str | None
+
+
+def page_links(tree: HtmlElement, *, page_url: str) -> PageLinks:
+    """The links and canonical URL of a parsed page fetched from `page_url` (after redirects).
+
+    Reads `tree` without changing it, so it can run before trafilatura is handed the same tree.
+    """
+    root = tree.getroottree().getroot()
+    base = _base_url(root, page_url=page_url)
+    canonical = None
+    for link in root.iter("link"):
+        href = link.get("href")
+        if href and "canonical" in _tokens(link.get("rel")):
+            canonical = absolute_url(href, base=base)
+            break
+    if _robots_nofollow(root):
+        return PageLinks(links=[], canonical=canonical)
+    links: dict[str, None] = {}
+    for anchor in root.iter(*_LINK_TAGS):
+        href = anchor.get("href")
+        if href is None or anchor.get("download") is not None or "nofollow" in _tokens(anchor.get("rel")):
+            continue
+        if (url := absolute_url(href, base=base)) is not None:
+            links.setdefault(url)
+    return PageLinks(links=list(links), canonical=canonical)
+
+
+def links_of_html(body: bytes, *, page_url: str, charset: str | None) -> PageLinks:
+    """page_links of a fetched HTML body, decoded and parsed as extraction does (tests, benchmarks)."""
+    # Here, not at the top: the crawling process may import this module, and trafilatura is the
+    # extraction workers' alone.
+    import trafilatura
+
+    from pipelines_dagster.core.extract import decode_body
+
+    tree = trafilatura.load_html(decode_body(body, charset=charset, html=True))
+    return PageLinks(links=[], canonical=None) if tree is None else page_links(tree, page_url=page_url)
+
+
+def _base_url(root: HtmlElement, *, page_url: str) -> str:
+    """What relative links resolve against: the first <base href>, itself resolved against the
+    page's URL, as the HTML standard says; the page's URL when there is none, or it is not http(s)."""
+    for base in root.iter("base"):
+        href = base.get("href")
+        if href is not None:
+            return absolute_url(href, base=page_url) or page_url
+    return page_url
+
+
+def _robots_nofollow(root: HtmlElement) -> bool:
+    return any(
+        (meta.get("name") or "").strip().lower() == "robots"
+        and {"nofollow", "none"} & {token.strip().lower() for token in (meta.get("content") or "").split(",")}
+        for meta in root.iter("meta")
+    )
+
+
+def _tokens(attribute: str | None) -> set[str]:
+    """An HTML space-separated token list (`rel`), compared case-insensitively."""
+    return set((attribute or "").lower().split())

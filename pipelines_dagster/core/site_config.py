@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines_dagster.core.urls import normalize_url
 from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_urls
 
 CRAWL_MODE_KEY = "CRAWL_MODE"
@@ -131,6 +132,9 @@ class SiteConfig:
         drop_query_params. `drop_query_params` is "all", or names (a list, or one comma-separated string).
         """
         urls = tuple(validate_urls(start_urls, field="site"))
+        for url in urls:
+            if normalize_url(url) is None:
+                raise InvalidInputError("site", f"{url!r} is not a URL a crawl can start from; check its host name")
         depth = DEFAULT_MAX_DEPTH if max_depth is None else _bounded_int(max_depth, "max_depth", 0, MAX_DEPTH)
         pages = DEFAULT_MAX_PAGES if max_pages is None else _bounded_int(max_pages, "max_pages", 1, max_pages_cap)
         drop_all, names = _query_params(drop_query_params)

@@ -11,13 +11,16 @@ import functools
 import ipaddress
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, unquote_plus, urljoin, urlsplit
 
 import idna
 from publicsuffixlist import PublicSuffixList
 
-from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.core.validation import MAX_URL_LENGTH
+
+if TYPE_CHECKING:
+    from pipelines_dagster.core.site_config import SiteConfig
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")

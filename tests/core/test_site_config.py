@@ -54,6 +54,7 @@ def test_a_stored_max_pages_above_todays_cap_is_lowered_to_it():
     [
         ({"start_urls": []}, "site"),
         ({"start_urls": ["ftp://e.com/"]}, "site"),
+        ({"start_urls": ["https://ex!ample.com/"]}, "site"),
         ({"max_depth": -1}, "max_depth"),
         ({"max_depth": 21}, "max_depth"),
         ({"max_depth": "3"}, "max_depth"),

@@ -9,11 +9,13 @@ import codecs
 import hashlib
 import re
 import unicodedata
+from dataclasses import replace
 
 import trafilatura
 from lxml.html import HtmlElement
 
 from pipelines_dagster.core.extracted import HTML_TYPES, Extracted
+from pipelines_dagster.core.links import PageLinks, page_links
 
 METADATA_FIELDS = ("title", "description", "author", "date", "language")
 
@@ -24,21 +26,25 @@ _META_CHARSET_WINDOW = 1024
 _BLANK_RUN = re.compile(r"\n{3,}")
 
 
-def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
-    """Text and metadata of a body of `media_type` (HTML, XHTML or plain text) fetched from `url`."""
+def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str, links: bool = False) -> Extracted:
+    """Text and metadata of a body of `media_type` (HTML, XHTML or plain text) fetched from `url`;
+    with `links`, also the page's links and canonical URL, from the same parse."""
     text = decode_body(body, charset=charset, html=media_type in HTML_TYPES)
     if media_type not in HTML_TYPES:
         return _extracted(text, dict.fromkeys(METADATA_FIELDS))
     tree = trafilatura.load_html(text)
     if tree is None:
         return _extracted("", dict.fromkeys(METADATA_FIELDS))
+    # Before trafilatura is handed the tree: page_links only reads it.
+    found_links = page_links(tree, page_url=url) if links else PageLinks(links=[], canonical=None)
     # Not `extensive`: scanning the whole text for dates would cost several times the extraction itself.
     found = trafilatura.extract_metadata(tree, default_url=url, extensive=False)
     metadata = {name: getattr(found, name) or None for name in METADATA_FIELDS}
     # trafilatura fills `language` only when filtering by language; the page's own declaration serves.
     metadata["language"] = metadata["language"] or _declared_language(tree)
     markdown = trafilatura.extract(tree, url=url, output_format="markdown", include_tables=True)
-    return _extracted(markdown or "", metadata)
+    extracted = _extracted(markdown or "", metadata)
+    return replace(extracted, links=tuple(found_links.links), canonical=found_links.canonical)
 
 
 def decode_body(body: bytes, *, charset: str | None, html: bool) -> str:

@@ -90,13 +90,18 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
         header, body = request
         try:
             extracted = extract_page(
-                body, media_type=header["media_type"], charset=header["charset"], url=header["url"]
+                body,
+                media_type=header["media_type"],
+                charset=header["charset"],
+                url=header["url"],
+                links=header.get("links", False),
             )
         except Exception as exc:  # reported for this page; the worker serves the next one
             reply = _frame({"error": f"text extraction failed: {exc!r}"}, b"")
         else:
+            found = {"links": extracted.links, "canonical": extracted.canonical} if header.get("links") else {}
             reply = _frame(
-                {"content_hash": extracted.content_hash, "metadata": extracted.metadata},
+                {"content_hash": extracted.content_hash, "metadata": extracted.metadata, **found},
                 extracted.content.encode("utf-8"),
             )
         replies.write(reply)
@@ -156,17 +161,26 @@ class _Worker:
         os.set_blocking(self._requests, False)
         os.set_blocking(self._replies, False)
 
-    def extract(self, body: bytes, *, media_type: str, charset: str | None, url: str, timeout: float) -> Extracted:
+    def extract(
+        self, body: bytes, *, media_type: str, charset: str | None, url: str, timeout: float, links: bool = False
+    ) -> Extracted:
         """Raises ExtractionError; after a timeout or a broken pipe the worker is stopped (not alive)."""
         deadline = time.monotonic() + timeout
+        request = {"media_type": media_type, "charset": charset, "url": url, "links": links}
         try:
-            self._send(_frame({"media_type": media_type, "charset": charset, "url": url}, body), deadline)
+            self._send(_frame(request, body), deadline)
             header_size, body_size = _LENGTHS.unpack(self._receive(_LENGTHS.size, deadline))
             header = json.loads(self._receive(header_size, deadline))
             content = self._receive(body_size, deadline).decode("utf-8")
             if "error" in header:
                 raise ExtractionError(str(header["error"]))
-            return Extracted(content=content, content_hash=header["content_hash"], metadata=header["metadata"])
+            return Extracted(
+                content=content,
+                content_hash=header["content_hash"],
+                metadata=header["metadata"],
+                links=tuple(header.get("links", ())),
+                canonical=header.get("canonical"),
+            )
         except ExtractionError:
             raise  # the worker read the whole request, answered it, and serves the next
         except TimeoutError:
@@ -290,19 +304,23 @@ class ExtractionWorkers:
         with self._lock:
             return [worker.process.pid for worker in self._workers if worker.alive]
 
-    def extract(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
-        """Extract one page in the next idle worker, blocking until one is free."""
+    def extract(self, body: bytes, *, media_type: str, charset: str | None, url: str, links: bool = False) -> Extracted:
+        """Extract one page in the next idle worker, blocking until one is free; `links`: its links too."""
         worker = self._take()
         try:
             if not worker.alive:  # stopped after its last page, or died since
                 worker = self._replace(worker)
-            return worker.extract(body, media_type=media_type, charset=charset, url=url, timeout=self.timeout)
+            return worker.extract(
+                body, media_type=media_type, charset=charset, url=url, timeout=self.timeout, links=links
+            )
         finally:
             self._idle.put(worker)
 
-    async def extract_async(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
+    async def extract_async(
+        self, body: bytes, *, media_type: str, charset: str | None, url: str, links: bool = False
+    ) -> Extracted:
         """`extract` off the event loop."""
-        job = partial(self.extract, body, media_type=media_type, charset=charset, url=url)
+        job = partial(self.extract, body, media_type=media_type, charset=charset, url=url, links=links)
         return await asyncio.get_running_loop().run_in_executor(self._threads, job)
 
     def close(self) -> None:

@@ -6,7 +6,7 @@ worker processes extract, and every run process loads the crawler's modules with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 PLAIN_TEXT = "text/plain"
@@ -16,9 +16,12 @@ PLAIN_TEXT = "text/plain"
 class Extracted:
     """A page's text (markdown for HTML), the hash of its normalized form, and its metadata.
 
-    `content_hash` is None when the page has no text.
+    `content_hash` is None when the page has no text. `links` (absolute, normalized, in document
+    order) and `canonical` are read from the same parse, for a site crawl that asks for them.
     """
 
     content: str
     content_hash: str | None
     metadata: dict[str, str | None]
+    links: tuple[str, ...] = field(default=())
+    canonical: str | None = None

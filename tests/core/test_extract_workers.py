@@ -49,6 +49,25 @@ def test_a_worker_extracts_exactly_what_the_crawler_would_in_process(workers: Ex
     assert extract(workers, PAGE).content_hash is not None
 
 
+LINKED_PAGE = (
+    b'<html><head><link rel="canonical" href="/guide"><title>Guide</title></head><body>'
+    b'<main><p>Read the <a href="install#top">install notes</a>, the <a href="/faq?b=2&amp;a=1">FAQ</a>'
+    b' and <a href="mailto:team@example.com">write</a>.</p><p>Enough text to keep as content.</p></main>'
+    b"</body></html>"
+)
+
+
+def test_links_come_from_the_same_extraction_only_when_asked(workers: ExtractionWorkers) -> None:
+    url = "https://docs.example.com/docs/guide.html"
+    asked = workers.extract(LINKED_PAGE, media_type="text/html", charset="utf-8", url=url, links=True)
+    assert asked.links == ("https://docs.example.com/docs/install", "https://docs.example.com/faq?b=2&a=1")
+    assert asked.canonical == "https://docs.example.com/guide"
+    assert asked == extract_page(LINKED_PAGE, media_type="text/html", charset="utf-8", url=url, links=True)
+    unasked = workers.extract(LINKED_PAGE, media_type="text/html", charset="utf-8", url=url)
+    assert (unasked.links, unasked.canonical) == ((), None)
+    assert (unasked.content, unasked.content_hash) == (asked.content, asked.content_hash)
+
+
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a process's environment from /proc (Linux)")
 def test_a_worker_inherits_no_secrets_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIPELINES_DATABASE_URL", "postgresql://app:hunter2@db/app")

@@ -17,6 +17,16 @@ from pipelines_dagster.core.crawl_types import CrawlOutcome, CrawlStatus
 STATUSES: frozenset[str] = frozenset(get_args(CrawlStatus))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredPage:
+    """What a stored record of an unchanged page carries forward into the next crawl's record."""
+
+    content: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    links: list[str] = field(default_factory=list)
+    canonical: str | None = None
+
+
 class CrawlRecordError(ValueError):
     """A stored line that is not a crawl record; the message names the field."""
 
@@ -42,15 +52,23 @@ class CrawlRecord:
     elapsed_seconds: float = 0.0
     fetched_at: str | None = None
     """ISO 8601, when the URL's crawl started."""
+    links: list[str] = field(default_factory=list)
+    """A site crawl's discovered links of the page (carried forward when unchanged, like content)."""
+    canonical: str | None = None
 
     @property
     def succeeded(self) -> bool:
         return self.status == "success"
 
     @classmethod
-    def of_outcome(cls, outcome: CrawlOutcome, *, previous: tuple[str, dict[str, Any]] | None = None) -> CrawlRecord:
-        """The record of a crawled URL; `previous` is the (content, metadata) an unchanged page carries forward."""
-        content, metadata = (previous or ("", {})) if outcome.unchanged else (outcome.content, dict(outcome.metadata))
+    def of_outcome(cls, outcome: CrawlOutcome, *, previous: StoredPage | None = None) -> CrawlRecord:
+        """The record of a crawled URL; `previous` is what an unchanged page carries forward."""
+        if outcome.unchanged:
+            kept = previous or StoredPage()
+            content, metadata, links, canonical = kept.content, kept.metadata, kept.links, kept.canonical
+        else:
+            content, metadata = outcome.content, dict(outcome.metadata)
+            links, canonical = list(outcome.links), outcome.canonical
         return cls(
             url=outcome.url,
             final_url=outcome.final_url,
@@ -67,6 +85,8 @@ class CrawlRecord:
             attempts=outcome.attempts,
             elapsed_seconds=round(outcome.elapsed, 3),
             fetched_at=outcome.fetched_at.isoformat(),
+            links=links,
+            canonical=canonical,
         )
 
     @classmethod

@@ -104,3 +104,6 @@ class CrawlOutcome:
     etag: str | None = None
     last_modified: str | None = None
     unchanged: bool = False
+    links: tuple[str, ...] = ()
+    """The page's links, when the crawl asked for them (site mode); an unchanged page has none."""
+    canonical: str | None = None

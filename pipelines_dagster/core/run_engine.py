@@ -27,7 +27,7 @@ from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
 from pipelines_dagster.core.catalog import initial_urls
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
-from pipelines_dagster.core.crawl_record import CrawlRecord, read_crawl, write_crawl
+from pipelines_dagster.core.crawl_record import CrawlRecord, StoredPage, read_crawl, write_crawl
 from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.core.retry import RetryPolicy
@@ -164,27 +164,27 @@ class PreviousCrawl:
                 raw_hash=record.raw_hash,
                 content_hash=record.content_hash,
             )
-            stored = orjson.dumps([record.content, record.metadata])
+            stored = orjson.dumps([record.content, record.metadata, record.links, record.canonical])
             self._spans[record.url] = (self._file.tell(), len(stored))
             self._file.write(stored)
         self._file.flush()
         size = self._file.tell()
         self._map = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ) if size else None
 
-    def stored(self, url: str) -> tuple[str, dict[str, Any]] | None:
-        """(content, metadata) the previous crawl stored for `url`; None when it has no success for it."""
+    def stored(self, url: str) -> StoredPage | None:
+        """What the previous crawl stored for `url`; None when it has no success for it."""
         span = self._spans.get(url)
         if span is None or self._map is None:
             return None
         offset, length = span
-        content, metadata = orjson.loads(self._map[offset : offset + length])
+        content, metadata, links, canonical = orjson.loads(self._map[offset : offset + length])
         # Each page is read once: let go of what its read mapped, so the process's memory stays flat
         # however large the previous crawl was (the file stays in the page cache). The kernel maps
         # a fault's whole aligned window, so the whole window goes.
         start = offset - offset % _FAULT_WINDOW
         end = min(len(self._map), -(-(offset + length) // _FAULT_WINDOW) * _FAULT_WINDOW)
         self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
-        return content, metadata
+        return StoredPage(content=content, metadata=metadata, links=links, canonical=canonical)
 
     def close(self) -> None:
         if self._map is not None:

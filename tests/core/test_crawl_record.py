@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from pipelines_dagster.core.blob import LocalBlobStore
-from pipelines_dagster.core.crawl_record import CrawlRecord, CrawlRecordError, read_crawl, write_crawl
+from pipelines_dagster.core.crawl_record import CrawlRecord, CrawlRecordError, StoredPage, read_crawl, write_crawl
 from pipelines_dagster.core.crawl_types import CrawlOutcome
 
 FETCHED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -23,7 +23,15 @@ def test_records_round_trip_through_the_blob_as_one_json_line_each(tmp_path):
     store = LocalBlobStore(tmp_path)
     records = [
         CrawlRecord.of_outcome(
-            outcome("https://a.example/1", content="# One ✓", metadata={"title": "One"}, content_hash="h1", etag='"e"')
+            outcome(
+                "https://a.example/1",
+                content="# One ✓",
+                metadata={"title": "One"},
+                content_hash="h1",
+                etag='"e"',
+                links=("https://a.example/2",),
+                canonical="https://a.example/1",
+            )
         ),
         CrawlRecord.of_outcome(outcome("https://a.example/2", status="failed", http_status=404, error="HTTP 404")),
     ]
@@ -36,10 +44,12 @@ def test_records_round_trip_through_the_blob_as_one_json_line_each(tmp_path):
 
 def test_an_unchanged_page_carries_the_previous_content_and_a_changed_one_its_own():
     unchanged = outcome("https://a.example/u", unchanged=True, content="", metadata={})
-    carried = CrawlRecord.of_outcome(unchanged, previous=("old text", {"title": "Old"}))
+    kept = StoredPage(content="old text", metadata={"title": "Old"}, links=["https://a.example/l"], canonical=None)
+    carried = CrawlRecord.of_outcome(unchanged, previous=kept)
     assert (carried.content, carried.metadata, carried.unchanged) == ("old text", {"title": "Old"}, True)
+    assert carried.links == ["https://a.example/l"]
     assert CrawlRecord.of_outcome(unchanged).content == ""  # nothing stored before: nothing to carry
-    fresh = CrawlRecord.of_outcome(outcome("https://a.example/c", content="new"), previous=("old", {}))
+    fresh = CrawlRecord.of_outcome(outcome("https://a.example/c", content="new"), previous=StoredPage(content="old"))
     assert fresh.content == "new"
     assert fresh.elapsed_seconds == 0.123
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from pipelines_dagster.core.crawl_record import CrawlRecord
+from pipelines_dagster.core.crawl_record import CrawlRecord, StoredPage
 from pipelines_dagster.core.crawl_types import PreviousFetch
 from pipelines_dagster.core.run_engine import PreviousCrawl
 
@@ -28,8 +28,10 @@ def test_every_stored_page_comes_back_exactly_in_any_order():
         urls = list(pages)
         random.Random(7).shuffle(urls)
         for url in urls:
-            assert previous.stored(url) == pages[url]
-        assert previous.stored(urls[0]) == pages[urls[0]]  # a second read of the same page
+            assert previous.stored(url) == StoredPage(content=pages[url][0], metadata=pages[url][1])
+        assert previous.stored(urls[0]) == StoredPage(
+            content=pages[urls[0]][0], metadata=pages[urls[0]][1]
+        )  # a second read of the same page
     finally:
         previous.close()
 
@@ -56,7 +58,7 @@ def test_only_successes_are_kept_and_give_hints():
                 etag='"v1"', last_modified="Mon, 01 Jan 2024 00:00:00 GMT", raw_hash="raw", content_hash="sum"
             )
         }
-        assert previous.stored("https://a.example/ok") == ("text", {})
+        assert previous.stored("https://a.example/ok") == StoredPage(content="text")
         assert previous.stored("https://a.example/gone") is None
         assert previous.stored("https://a.example/blank") is None
         assert previous.stored("https://a.example/never-crawled") is None
@@ -73,8 +75,8 @@ def test_a_url_stored_twice_keeps_its_last_record_and_missing_fields_default():
         ]
     )
     try:
-        assert previous.stored("https://a.example/x") == ("new", {"v": 2})
-        assert previous.stored("https://a.example/bare") == ("", {})
+        assert previous.stored("https://a.example/x") == StoredPage(content="new", metadata={"v": 2})
+        assert previous.stored("https://a.example/bare") == StoredPage()
     finally:
         previous.close()
 

@@ -35,6 +35,10 @@ class CrawlMetadata:
     retry_policy: str | None = None
     previous_crawl_run_id: str | None = None
     scheduled_for: str | None = None
+    pages_discovered: int | None = None
+    """A site crawl's pages found by discovery (sitemaps and links); absent for a list crawl."""
+    discovery_truncated: bool | None = None
+    """A site crawl stopped discovering at max pages, so pages it did not find may still exist."""
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""
@@ -72,6 +76,8 @@ class CrawlMetadata:
 
 def _fits(value: Any, annotation: str) -> bool:
     """Whether a stored value has its field's type; anything else (a run written by another version) reads as None."""
+    if annotation.startswith("bool"):
+        return isinstance(value, bool)
     if isinstance(value, bool):
         return False
     if annotation.startswith("int"):

@@ -25,6 +25,8 @@ def test_what_is_written_reads_back_the_same():
         attempt=2,
         retry_policy="linear backoff",
         scheduled_for=None,
+        pages_discovered=40,
+        discovery_truncated=True,
     )
     metadata = written.to_metadata()
     assert isinstance(metadata["blob_url"], dg.UrlMetadataValue)
@@ -33,6 +35,8 @@ def test_what_is_written_reads_back_the_same():
     stored = {
         key: value
         if isinstance(value, dg.MetadataValue)
+        else dg.MetadataValue.bool(value)
+        if isinstance(value, bool)
         else dg.MetadataValue.text(value)
         if isinstance(value, str)
         else dg.MetadataValue.int(value)
@@ -51,6 +55,7 @@ def test_keys_an_older_run_never_wrote_or_wrote_with_another_type_read_as_none()
             "charged_micros": "lots",
             "blob_key": "",
             "attempt": True,
+            "discovery_truncated": "yes",
             "failed_urls": dg.MetadataValue.md("none"),
         }
     )

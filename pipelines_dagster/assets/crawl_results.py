@@ -122,6 +122,8 @@ def crawl_partition(
             attempt=attempt,
             retry_policy=plan.retry.describe(),
             previous_crawl_run_id=previous.run_id if previous else None,
+            pages_discovered=report.pages_discovered,
+            discovery_truncated=report.discovery_truncated if report.pages_discovered is not None else None,
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))

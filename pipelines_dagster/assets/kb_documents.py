@@ -74,8 +74,8 @@ def archive_left_pages(
         succeeded=counts.urls_succeeded or 0,
         attempted=counts.urls_attempted or 0,
         threshold=success_threshold(pipeline.config),
-        # A list crawl covers its whole list; the site crawl's discovery will say when it stopped at max pages.
-        truncated=False,
+        # A list crawl covers its whole list; a site crawl says when discovery stopped at max pages.
+        truncated=bool(counts.discovery_truncated),
     )
     if problem is not None:
         log.info(f"pipeline {pipeline.id}: no documents archived, the crawl cannot tell which pages left: {problem}")

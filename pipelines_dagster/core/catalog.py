@@ -30,6 +30,7 @@ from pipelines_dagster.app_db.models import (
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.schedule import ScheduleSpec, validate_interval
+from pipelines_dagster.core.site_config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
 from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_name, validate_urls
 
 TOKEN_PREFIX = "pdk_"
@@ -98,15 +99,20 @@ def create_connector(
     urls: list[str] | None = None,
     name: str | None = None,
     index_every_minutes: int | None = None,
+    site: SiteConfig | None = None,
     now: datetime | None = None,
 ) -> Connector:
-    """Create a connector; with `index_every_minutes`, also its own periodic indexing pipeline."""
+    """Create a connector; with `index_every_minutes`, also its own periodic indexing pipeline.
+
+    A web connector crawls its `urls` (list mode) or, given a validated `site`, discovers a site."""
     workspace = get_workspace(session, workspace_id)
     if index_every_minutes is not None:
         validate_interval(index_every_minutes, field="index_every_minutes")
     kind = validate_choice(ConnectorType, connector_type, field="type", what="connector type")
-    if kind is not ConnectorType.WEBCRAWLER and urls:
-        raise InvalidInputError("url", f"a {kind.value} connector takes no URLs")
+    if kind is not ConnectorType.WEBCRAWLER and (urls or site):
+        raise InvalidInputError("site" if site else "url", f"a {kind.value} connector takes no URLs")
+    if site is not None and urls:
+        raise InvalidInputError("site", "give the URLs to crawl (url) or a site to discover (site), not both")
     connector = Connector(
         workspace_id=workspace_id,
         connector_type=kind.value,
@@ -115,7 +121,9 @@ def create_connector(
         periodic_indexing_enabled=index_every_minutes is not None,
         indexing_frequency_minutes=index_every_minutes,
     )
-    if kind is ConnectorType.WEBCRAWLER:
+    if kind is ConnectorType.WEBCRAWLER and site is not None:
+        connector.config = {CRAWL_MODE_KEY: CrawlMode.SITE.value, SITE_KEY: site.to_config()}
+    elif kind is ConnectorType.WEBCRAWLER:
         set_initial_urls(connector, validate_urls(urls or [], field="url"))
     session.add(connector)
     session.flush()

@@ -6,9 +6,11 @@ importing httpx: every run process loads them with the code location, and not ev
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from pipelines_dagster.core.network_policy import NetworkPolicy
 
@@ -107,3 +109,72 @@ class CrawlOutcome:
     links: tuple[str, ...] = ()
     """The page's links, when the crawl asked for them (site mode); an unchanged page has none."""
     canonical: str | None = None
+
+
+def distinct(urls: Iterable[str]) -> Iterator[str]:
+    """Each URL once, in order."""
+    seen: set[str] = set()
+    for url in urls:
+        if url not in seen:
+            seen.add(url)
+            yield url
+
+
+FetchBody = Callable[..., Awaitable[bytes | None]]
+"""`fetch_body(url, max_bytes=...)`: a body fetched through the crawl's guards, or None."""
+
+
+class UrlSource(Protocol):
+    """Where a crawl takes its URLs: a fixed list, or a site crawl's frontier that grows as pages complete."""
+
+    @property
+    def wants_links(self) -> bool:
+        """Whether extraction should read each page's links (site mode)."""
+        ...
+
+    async def prepare(self, fetch_body: FetchBody) -> None:
+        """Before the first take, on the crawl's event loop (a site crawl reads its sitemaps)."""
+
+    def take(self, n: int) -> list[str]:
+        """Up to `n` URLs to start now; empty when there are none now."""
+        ...
+
+    def done(self, outcome: CrawlOutcome) -> None:
+        """An outcome, as it completes and before it is yielded."""
+
+    def allows(self, url: str) -> bool:
+        """Whether a redirect may lead to `url`."""
+        ...
+
+    @property
+    def discovered(self) -> int | None:
+        """Pages a site crawl's discovery admitted; None for a list."""
+        ...
+
+    @property
+    def truncated(self) -> bool:
+        """Discovery stopped at max pages (never for a list)."""
+        ...
+
+
+class ListSource:
+    """A fixed list of URLs, each crawled once, in order; redirects may lead anywhere the guards allow."""
+
+    wants_links = False
+    discovered = None
+    truncated = False
+
+    def __init__(self, urls: Iterable[str]) -> None:
+        self._todo = distinct(urls)
+
+    async def prepare(self, fetch_body: FetchBody) -> None:
+        return None
+
+    def take(self, n: int) -> list[str]:
+        return list(itertools.islice(self._todo, n))
+
+    def done(self, outcome: CrawlOutcome) -> None:
+        return None
+
+    def allows(self, url: str) -> bool:
+        return True

@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import itertools
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -23,7 +22,15 @@ from urllib.parse import urljoin
 import httpx
 from protego import Protego
 
-from pipelines_dagster.core.crawl_types import CrawlerConfig, CrawlOutcome, CrawlStatus, PreviousFetch
+from pipelines_dagster.core.crawl_types import (
+    CrawlerConfig,
+    CrawlOutcome,
+    CrawlStatus,
+    ListSource,
+    PreviousFetch,
+    UrlSource,
+    distinct,
+)
 from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
 from pipelines_dagster.core.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
@@ -52,13 +59,20 @@ class Crawler:
         self._workers: ExtractionWorkers | None = None
         self._workers_lock = threading.Lock()
 
-    async def crawl(
+    def crawl(
         self, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch] | None = None
     ) -> AsyncIterator[CrawlOutcome]:
         """Yield one outcome per distinct URL as each completes. A failed URL never stops the crawl.
 
         `previous` maps a URL to what the last crawl of it returned, for conditional requests.
         """
+        return self.crawl_source(ListSource(urls), previous=previous)
+
+    async def crawl_source(
+        self, source: UrlSource, *, previous: Mapping[str, PreviousFetch] | None = None
+    ) -> AsyncIterator[CrawlOutcome]:
+        """`crawl` over the URLs `source` hands out as the crawl goes: it may add URLs as outcomes
+        come back, and the crawl ends when it has none left and none is in flight."""
         config = self.config
         known = previous or {}
         if not known:
@@ -73,15 +87,15 @@ class Crawler:
             timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
             follow_redirects=False,  # each hop is checked by _CrawlRun before it is requested
         ) as client:
-            run = _CrawlRun(config, guard=guard, client=client, extract=self._extract)
-            todo = _distinct(urls)
+            run = _CrawlRun(config, guard=guard, client=client, extract=self._extract, source=source)
+            await source.prepare(run.fetch_body)
             window = _WINDOW_PER_SLOT * config.global_concurrency
             pending: set[asyncio.Task[CrawlOutcome]] = set()
             # Tasks queue themselves here as they finish, so each outcome costs O(1) to collect.
             finished: asyncio.Queue[asyncio.Task[CrawlOutcome]] = asyncio.Queue()
             try:
                 while True:
-                    for url in itertools.islice(todo, window - len(pending)):
+                    for url in source.take(window - len(pending)) if len(pending) < window else ():
                         hint = known.get(url)
                         if hint is None:
                             self._start_workers_early()  # a page not seen before will need extracting
@@ -92,7 +106,9 @@ class Crawler:
                         return
                     task = await finished.get()
                     pending.discard(task)
-                    yield task.result()
+                    outcome = task.result()
+                    source.done(outcome)
+                    yield outcome
             finally:
                 for task in pending:
                     task.cancel()
@@ -105,7 +121,7 @@ class Crawler:
 
         For synchronous callers; inside a running event loop iterate `crawl` instead.
         """
-        ordered = list(_distinct(urls))
+        ordered = list(distinct(urls))
 
         async def collect() -> list[CrawlOutcome]:
             return [outcome async for outcome in self.crawl(ordered, previous=previous)]
@@ -139,10 +155,12 @@ class Crawler:
         with contextlib.suppress(ExtractionError):
             self._start_workers()
 
-    async def _extract(self, body: bytes, *, media_type: str, charset: str | None, url: str) -> Extracted:
+    async def _extract(
+        self, body: bytes, *, media_type: str, charset: str | None, url: str, links: bool = False
+    ) -> Extracted:
         try:
             workers = self._start_workers()
-            return await workers.extract_async(body, media_type=media_type, charset=charset, url=url)
+            return await workers.extract_async(body, media_type=media_type, charset=charset, url=url, links=links)
         except ExtractionError as exc:
             raise _Failed(str(exc)) from None
 
@@ -180,8 +198,10 @@ class _CrawlRun:
         guard: AddressGuard,
         client: httpx.AsyncClient,
         extract: Callable[..., Awaitable[Extracted]],
+        source: UrlSource,
     ) -> None:
         self._config = config
+        self._source = source
         self._guard = guard
         self._client = client
         self._extract = extract
@@ -234,7 +254,11 @@ class _CrawlRun:
                     last_modified=last_modified,
                 )
             extracted = await self._extract(
-                response.body, media_type=response.media_type, charset=response.charset, url=progress.final_url
+                response.body,
+                media_type=response.media_type,
+                charset=response.charset,
+                url=progress.final_url,
+                links=self._source.wants_links,
             )
             return outcome(
                 "success" if extracted.content_hash else "empty",
@@ -245,11 +269,25 @@ class _CrawlRun:
                 raw_hash=response.raw_hash,
                 etag=etag,
                 last_modified=last_modified,
+                links=extracted.links,
+                canonical=extracted.canonical,
             )
         except _Failed as exc:
             return outcome("failed", error=str(exc))
         except Exception as exc:  # continue-on-fail: a bug met on one page must not end the crawl
             return outcome("failed", error=f"unexpected error: {exc!r}")
+
+    async def fetch_body(self, url: str, *, max_bytes: int) -> bytes | None:
+        """The body a 200 answers at `url` with (robots.txt, a sitemap), through every guard a page
+        request passes; None when there is none to read. Bodies over `max_bytes` are refused."""
+        progress = _Progress(final_url=url)
+        try:
+            response = await self._fetch(url, previous=None, progress=progress, media_types=None)
+        except _Failed:
+            return None
+        if response.status != 200 or len(response.body) > max_bytes:
+            return None
+        return response.body
 
     async def _fetch(
         self,
@@ -284,6 +322,8 @@ class _CrawlRun:
             if not location:
                 raise _Failed(f"HTTP {response.status} redirect without a Location header")
             current = _checked_url(urljoin(current, location))
+            if not self._source.allows(current):
+                raise _Failed(f"redirected out of the crawl's scope, to {current}; not followed")
         raise _Failed(f"too many redirects (more than {self._config.max_redirects})")
 
     async def _request(
@@ -473,14 +513,6 @@ def _origin(url: httpx.URL) -> str:
 def _host(url: httpx.URL) -> str:
     # The ASCII (IDNA) form, the one httpcore hands the network backend, so both share guard answers.
     return url.raw_host.decode("ascii")
-
-
-def _distinct(urls: Iterable[str]) -> Iterator[str]:
-    seen: set[str] = set()
-    for url in urls:
-        if url not in seen:
-            seen.add(url)
-            yield url
 
 
 def _usable_cores() -> int:

@@ -28,9 +28,11 @@ from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result
 from pipelines_dagster.core.catalog import initial_urls
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.crawl_record import CrawlRecord, StoredPage, read_crawl, write_crawl
-from pipelines_dagster.core.crawl_types import CrawlOutcome, PreviousFetch
+from pipelines_dagster.core.crawl_types import CrawlOutcome, ListSource, PreviousFetch, UrlSource
 from pipelines_dagster.core.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.core.retry import RetryPolicy
+from pipelines_dagster.core.site_config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode
+from pipelines_dagster.core.validation import InvalidInputError
 
 if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
@@ -55,7 +57,15 @@ class RunPlan:
     save_to_kb: bool
     folder_id: int | None
     urls: tuple[str, ...]
+    """The list to crawl; a site crawl's start URLs."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    site: SiteConfig | None = None
+    """The bounds of a site crawl; None for a list crawl."""
+
+    @property
+    def most_pages(self) -> int:
+        """The most pages the crawl can fetch: what the credit check asks for before it starts."""
+        return self.site.max_pages if self.site is not None else len(self.urls)
 
 
 def plan_run(session: Session, pipeline_id: int) -> RunPlan:
@@ -74,7 +84,8 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         raise RunRefused(f"{ineligible_reason(connector.connector_type)} any more; the run is not started")
     if connector.connector_type != ConnectorType.WEBCRAWLER.value:
         raise RunRefused(f"executor not implemented for {connector.connector_type}")
-    urls = initial_urls(pipeline) or initial_urls(connector) or []
+    site = _site_config(connector)
+    urls = list(site.start_urls) if site is not None else initial_urls(pipeline) or initial_urls(connector) or []
     if not urls:
         raise RunRefused("no URLs to crawl")
     return RunPlan(
@@ -85,7 +96,19 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         folder_id=pipeline.destination_folder_id,
         urls=tuple(dict.fromkeys(urls)),
         retry=RetryPolicy.of(pipeline),
+        site=site,
     )
+
+
+def _site_config(connector: Connector) -> SiteConfig | None:
+    """The connector's site-crawl bounds, re-validated (a row may come from an older release or a
+    hand edit); None in list mode. RunRefused says what to fix."""
+    try:
+        if crawl_mode(connector.config) is not CrawlMode.SITE:
+            return None
+        return SiteConfig.read(connector.config.get(SITE_KEY) or {})
+    except InvalidInputError as exc:
+        raise RunRefused(f"connector {connector.id} has an invalid site-crawl config: {exc}") from None
 
 
 def load_plan(engine: sa.Engine, pipeline_id: int) -> RunPlan:
@@ -109,6 +132,10 @@ class CrawlReport:
     failed_urls: list[tuple[str, str]] = field(default_factory=list)
     """(url, reason) of the first FAILED_URLS_SHOWN URLs that did not succeed."""
     lock_lost: bool = False
+    pages_discovered: int | None = None
+    """A site crawl's pages admitted by discovery; None for a list crawl."""
+    discovery_truncated: bool = False
+    """A site crawl stopped discovering at max pages: its absences say nothing about the site."""
 
     def count(self, record: CrawlRecord) -> None:
         self.attempted += 1
@@ -224,9 +251,7 @@ def _collector_off_old_objects() -> Iterator[None]:
         gc.unfreeze()
 
 
-def iter_crawl(
-    crawler: Crawler, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch]
-) -> Iterator[CrawlOutcome]:
+def iter_crawl(crawler: Crawler, source: UrlSource, *, previous: Mapping[str, PreviousFetch]) -> Iterator[CrawlOutcome]:
     """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
 
     The crawl runs on its own event loop in a thread, handing over outcomes through a
@@ -244,7 +269,7 @@ def iter_crawl(
                 continue
 
     async def produce() -> None:
-        async for outcome in crawler.crawl(urls, previous=previous):
+        async for outcome in crawler.crawl_source(source, previous=previous):
             if stop.is_set():
                 return
             try:
@@ -299,6 +324,23 @@ def _take_lock(
     return held.enter_context(locks.hold(name, run_id, ttl_seconds=ttl_seconds))
 
 
+def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack) -> UrlSource:
+    """The crawl's URLs: the plan's list, or a site crawl's discovery over a frontier on disk."""
+    if plan.site is None:
+        return ListSource(plan.urls)
+    # Here, not at the top: a list crawl's run process does without discovery's modules.
+    from pipelines_dagster.core.frontier import Frontier
+    from pipelines_dagster.core.site_crawl import SiteSource
+
+    frontier = held.enter_context(Frontier(max_pages=plan.site.max_pages, max_depth=plan.site.max_depth))
+
+    def stored_links(url: str) -> list[str]:
+        stored = previous.stored(url)
+        return stored.links if stored is not None else []
+
+    return SiteSource(plan.site, frontier, stored_links=stored_links)
+
+
 def execute_crawl(
     plan: RunPlan,
     *,
@@ -348,18 +390,19 @@ def execute_crawl(
         except LockHeldError:
             raise RunRefused("connector is currently indexing; retry later") from None
         try:
-            billing.check_credits(plan.workspace_id, len(plan.urls))
+            billing.check_credits(plan.workspace_id, plan.most_pages)
         except InsufficientCreditsError as exc:
             raise RunRefused(str(exc)) from None
 
         previous = PreviousCrawl(_stored_records(blob_store, previous_blob_key))
         held.callback(previous.close)
+        source = _source(plan, previous, held)
 
         every = PROGRESS_EVERY_SECONDS if progress_every_seconds is None else progress_every_seconds
 
         def records() -> Iterator[CrawlRecord]:
             next_progress = started + every
-            for outcome in iter_crawl(crawler, plan.urls, previous=previous.hints):
+            for outcome in iter_crawl(crawler, source, previous=previous.hints):
                 record = outcome_record(outcome, previous)
                 report.count(record)
                 yield record
@@ -368,7 +411,7 @@ def execute_crawl(
                     progress(
                         CrawlProgress(
                             done=report.attempted,
-                            total=len(plan.urls),
+                            total=len(plan.urls) if source.discovered is None else source.discovered,
                             failed=report.failed,
                             elapsed_seconds=now - started,
                         )
@@ -390,5 +433,6 @@ def execute_crawl(
         report.charged_micros = charge.micros
         report.newly_charged = charge.newly_charged
         report.lock_lost = pipeline_lock.lost.is_set() or connector_lock.lost.is_set()
+        report.pages_discovered, report.discovery_truncated = source.discovered, source.truncated
     report.duration_seconds = time.monotonic() - started
     return report

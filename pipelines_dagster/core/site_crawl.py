@@ -10,8 +10,12 @@ crawl stored. The crawler still applies the SSRF guard and robots.txt to every U
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+from urllib.parse import urlsplit
 
 from pipelines_dagster.core.frontier import Frontier
 from pipelines_dagster.core.site_config import SiteConfig
@@ -19,22 +23,49 @@ from pipelines_dagster.core.urls import Scope, normalize_url
 
 # Pages a sitemap lists are one link away from the start URLs.
 SITEMAP_DEPTH = 1
+# Sitemaps read per crawl (an index and its children), and the bytes of one, decompressed.
+MAX_SITEMAPS = 50
+MAX_SITEMAP_BYTES = 50 * 1024 * 1024
+ROBOTS_MAX_BYTES = 512 * 1024
+
+
+class CrawledPage(Protocol):
+    """What discovery reads of a crawl outcome (a `CrawlOutcome` is one)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def unchanged(self) -> bool: ...
+    @property
+    def links(self) -> Sequence[str]: ...
+    @property
+    def canonical(self) -> str | None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
 class Discovered:
-    """A page's contribution to discovery, as the crawl reports it: its URL, whether it was fetched
-    and parsed this time, and the links (and canonical URL) its HTML named."""
+    """A page's contribution to discovery, for callers without a crawl outcome (tests, tools)."""
 
     url: str
-    succeeded: bool
+    status: str = "success"
     unchanged: bool = False
     links: Sequence[str] = ()
     canonical: str | None = None
 
 
+class Fetcher(Protocol):
+    """The crawl's own fetching, through its SSRF guard, robots.txt and body caps."""
+
+    def __call__(self, url: str, *, max_bytes: int) -> Awaitable[bytes | None]: ...
+
+
 class SiteSource:
-    """The URLs of a site crawl, handed out in breadth-first order as the crawl asks for them."""
+    """The URLs of a site crawl, handed out in breadth-first order as the crawl asks for them: the
+    crawler's `UrlSource` in site mode."""
+
+    wants_links = True
 
     def __init__(
         self,
@@ -47,6 +78,7 @@ class SiteSource:
         self.scope = Scope.of(config)
         self.out_of_scope = 0
         """Discovered URLs refused for scope (another host, an excluded path, not http(s))."""
+        self.sitemaps_read = 0
         self._frontier = frontier
         self._stored_links = stored_links
         self._in_flight: dict[str, int] = {}
@@ -61,6 +93,42 @@ class SiteSource:
     @property
     def discovered(self) -> int:
         return self._frontier.admitted
+
+    async def prepare(self, fetch_body: Fetcher) -> None:
+        """Read the site's sitemaps (those robots.txt names, and /sitemap.xml) and admit their pages.
+
+        Only sitemaps on the site's own hosts are fetched: nothing off the site is requested. A
+        sitemap that cannot be fetched or read is skipped; links still find the pages.
+        """
+        from protego import Protego
+
+        from pipelines_dagster.core.sitemaps import SitemapError, parse_sitemap, sitemap_candidates
+
+        todo: list[str] = []
+        for start in self.config.start_urls:
+            robots = await fetch_body(_robots_url(start), max_bytes=ROBOTS_MAX_BYTES)
+            named = Protego.parse(robots.decode("utf-8", "replace")).sitemaps if robots else ()
+            todo += sitemap_candidates(start, named)
+        seen: set[str] = set()
+        while todo and self.sitemaps_read < MAX_SITEMAPS:
+            url = todo.pop(0)
+            if url in seen or not self.scope.on_site(url):
+                continue
+            seen.add(url)
+            body = await fetch_body(url, max_bytes=MAX_SITEMAP_BYTES)
+            if body is None:
+                continue
+            # Off the event loop: a large sitemap is seconds of parsing.
+            parse = partial(
+                parse_sitemap, body, base_url=url, max_urls=self.config.max_pages, max_bytes=MAX_SITEMAP_BYTES
+            )
+            try:
+                sitemap = await asyncio.to_thread(parse)
+            except SitemapError:
+                continue
+            self.sitemaps_read += 1
+            todo += sitemap.sitemaps
+            self.add_sitemap_urls(entry.loc for entry in sitemap.urls)
 
     def add_sitemap_urls(self, urls: Iterable[str]) -> int:
         """Admit the pages a sitemap lists; how many were new and in scope."""
@@ -77,10 +145,14 @@ class SiteSource:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def done(self, page: Discovered) -> None:
+    def allows(self, url: str) -> bool:
+        """Whether a redirect may lead to `url`: only inside the crawl's scope."""
+        return self.scope.allows(url)
+
+    def done(self, page: CrawledPage) -> None:
         """A taken URL's crawl ended: admit what its page links to, one level deeper."""
         depth = self._in_flight.pop(page.url, 0)
-        if not page.succeeded or depth >= self.config.max_depth:
+        if page.status != "success" or depth >= self.config.max_depth:
             return
         links = self._stored_links(page.url) if page.unchanged else page.links
         for link in (page.canonical, *links) if page.canonical else links:
@@ -94,3 +166,8 @@ class SiteSource:
             self.out_of_scope += 1
             return False
         return self._frontier.add(normalized, depth)
+
+
+def _robots_url(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/robots.txt"

@@ -209,6 +209,12 @@ class Scope:
         )
         if normalized is None:
             return False
-        host = host_of(normalized)
-        on_site = host in self.hosts or (bool(self.domains) and registrable_domain(host) in self.domains)
-        return on_site and self.config.allows_path(path_and_query(normalized))
+        return self._on_site(host_of(normalized)) and self.config.allows_path(path_and_query(normalized))
+
+    def on_site(self, url: str) -> bool:
+        """Whether `url` is on the site's hosts, whatever its path (a sitemap or robots.txt there)."""
+        normalized = normalize_url(url)
+        return normalized is not None and self._on_site(host_of(normalized))
+
+    def _on_site(self, host: str) -> bool:
+        return host in self.hosts or (bool(self.domains) and registrable_domain(host) in self.domains)

@@ -18,6 +18,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.blob import BlobStore
+from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
@@ -79,14 +80,16 @@ class Stack:
         folder: str | None = "Docs",
         enabled: bool = True,
         credit: int | None = None,
+        site: SiteConfig | None = None,
     ) -> tuple[int, int]:
-        """A new workspace with a webcrawler connector and a pipeline over it: (workspace id, pipeline id)."""
+        """A new workspace with a webcrawler connector (over `urls`, or discovering `site`) and a
+        pipeline over it: (workspace id, pipeline id)."""
         with transaction(self.sessions) as session:
             workspace = catalog.create_workspace(
                 session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}"
             ).workspace
             connector = catalog.create_connector(
-                session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls
+                session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls, site=site
             )
             pipeline = services.create_pipeline(
                 session,

@@ -17,7 +17,7 @@ def crawl(source: SiteSource, site: Mapping[str, Sequence[str]], *, batch: int =
     while urls := source.take(batch):
         for url in urls:
             fetched.append(url)
-            source.done(Discovered(url=url, succeeded=url in site, links=site.get(url, ())))
+            source.done(Discovered(url=url, status="success" if url in site else "failed", links=site.get(url, ())))
     return fetched
 
 
@@ -86,7 +86,7 @@ def test_an_unchanged_page_is_expanded_from_the_links_the_previous_crawl_stored(
             SiteConfig.validated(start_urls=[f"{SITE}/"]), frontier, stored_links=lambda url: stored.get(url, ())
         )
         [root] = source.take(10)
-        source.done(Discovered(url=root, succeeded=True, unchanged=True))
+        source.done(Discovered(url=root, unchanged=True))
         assert source.take(10) == [f"{SITE}/kept"]
 
 
@@ -94,12 +94,12 @@ def test_a_failed_page_adds_nothing_and_a_canonical_url_is_admitted_like_a_link(
     with Frontier(max_pages=100, max_depth=5) as frontier:
         source = source_for(frontier)
         [root] = source.take(10)
-        source.done(Discovered(url=root, succeeded=False, links=[f"{SITE}/never"]))
+        source.done(Discovered(url=root, status="failed", links=[f"{SITE}/never"]))
         assert source.take(10) == []
     with Frontier(max_pages=100, max_depth=5) as frontier:
         source = source_for(frontier)
         [root] = source.take(10)
-        source.done(Discovered(url=root, succeeded=True, canonical=f"{SITE}/home", links=[f"{SITE}/a"]))
+        source.done(Discovered(url=root, canonical=f"{SITE}/home", links=[f"{SITE}/a"]))
         assert source.take(10) == [f"{SITE}/home", f"{SITE}/a"]
 
 

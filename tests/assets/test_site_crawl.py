@@ -1,0 +1,143 @@
+"""Site crawls through a real pipeline run: discovery from sitemaps and links finds exactly the pages in
+scope, and nothing off the site is ever requested."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+
+import pytest
+
+from pipelines_dagster.core.crawl_record import read_crawl
+from pipelines_dagster.core.site_config import SiteConfig
+from pipelines_dagster.crawl_metadata import CrawlMetadata
+from tests.assets.conftest import Stack, materialization
+from tests.support.web import Reply, WebServer, page, redirect
+
+XML = "application/xml"
+
+
+def links(*hrefs: str) -> str:
+    return "".join(f'<p>See <a href="{href}">{href}</a> for more.</p>' for href in hrefs)
+
+
+def linked_page(title: str, *hrefs: str) -> Reply:
+    body = (
+        f"<!DOCTYPE html><html><head><title>{title}</title></head><body><article><h1>{title}</h1>"
+        f"<p>What {title} is about, in a paragraph long enough to keep.</p>{links(*hrefs)}</article></body></html>"
+    )
+    return Reply(body=body)
+
+
+def urlset(*locs: str) -> str:
+    entries = "".join(f"<url><loc>{loc}</loc><lastmod>2026-11-30</lastmod></url>" for loc in locs)
+    return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[WebServer]:
+    """Another site (reached as `localhost`): a crawl of the test site must never request it."""
+    with WebServer() as server:
+        for path in ("/", "/offsite", "/sitemap.xml", "/landing", "/listed"):
+            server.route(path, page("Elsewhere", "Not part of the site."))
+        yield server
+
+
+def build_site(web: WebServer, elsewhere: WebServer) -> str:
+    """The test site; its start URL."""
+    off = elsewhere.url("", host="localhost")
+    web.route(
+        "/robots.txt",
+        Reply(body=f"User-agent: *\nSitemap: {web.url('/sitemap_index.xml')}\n", content_type="text/plain"),
+    )
+    index = (
+        '<?xml version="1.0"?><sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        f"<sitemap><loc>{web.url('/sitemap-docs.xml.gz')}</loc></sitemap>"
+        f"<sitemap><loc>{off}/sitemap.xml</loc></sitemap></sitemapindex>"
+    )
+    web.route("/sitemap_index.xml", Reply(body=index, content_type=XML))
+    docs = urlset(web.url("/docs/a"), web.url("/docs/b"), f"{off}/listed")
+    web.route("/sitemap-docs.xml.gz", Reply(body=gzip.compress(docs.encode()), content_type="application/gzip"))
+    web.route(
+        "/",
+        linked_page(
+            "Home",
+            "/docs/a",
+            "/guide",
+            "/old",
+            "/private/x",
+            "/leaves",
+            "http://10.0.0.1/admin",
+            f"{off}/offsite",
+            "mailto:team@example.com",
+        ),
+    )
+    web.route("/guide", linked_page("Guide", "/guide/deep", "/"))
+    web.route("/guide/deep", linked_page("Deep", "/guide", "/guide#top"))
+    web.route("/old", redirect("/guide/new"))
+    web.route("/guide/new", linked_page("New guide"))
+    web.route("/leaves", redirect(f"{off}/landing"))
+    web.route("/private/x", linked_page("Private"))
+    web.route("/docs/a", linked_page("Doc A"))  # /docs/b is in the (gzipped) sitemap only
+    web.route("/docs/b", linked_page("Doc B"))
+    return web.url("/")
+
+
+def site_config(start: str, **bounds) -> SiteConfig:
+    return SiteConfig.validated(start_urls=[start], exclude=["/private/**"], **bounds)
+
+
+def test_a_site_crawl_stores_exactly_the_pages_in_scope_and_requests_nothing_off_it(
+    embedded: Stack, elsewhere: WebServer
+):
+    start = build_site(embedded.web, elsewhere)
+    workspace_id, pipeline_id = embedded.pipeline([], site=site_config(start))
+    result = embedded.run(pipeline_id, workspace_id)
+    assert result.success
+    crawl = CrawlMetadata.read(materialization(result, "crawl_results"))
+    records = {
+        record.url.removeprefix(embedded.web.base_url): record for record in read_crawl(embedded.blob, crawl.blob_key)
+    }
+    assert set(records) == {"/", "/docs/a", "/docs/b", "/guide", "/guide/deep", "/old", "/leaves"}
+    assert records["/old"].final_url == embedded.web.url("/guide/new") and records["/old"].status == "success"
+    assert records["/leaves"].status == "failed" and "out of the crawl's scope" in (records["/leaves"].error or "")
+    assert (crawl.pages_discovered, crawl.discovery_truncated) == (7, False)
+    # Nothing off the site, nothing excluded, each page once.
+    assert elsewhere.requests == []
+    assert embedded.web.hits("/private/x") == 0
+    assert embedded.web.hits("/sitemap_index.xml") == embedded.web.hits("/sitemap-docs.xml.gz") == 1
+    pages = [r.path for r in embedded.web.requests if not r.path.startswith(("/robots.txt", "/sitemap"))]
+    assert sorted(pages) == sorted(
+        ["/", "/docs/a", "/docs/b", "/guide", "/guide/deep", "/old", "/guide/new", "/leaves"]
+    )
+    ready = {document.title for document in embedded.documents(workspace_id) if document.status_state == "ready"}
+    assert ready == {"Home", "Doc A", "Doc B", "Guide", "Deep", "New guide"}
+
+
+def test_a_re_crawl_of_an_unchanged_site_still_finds_every_page(embedded: Stack, elsewhere: WebServer):
+    start = build_site(embedded.web, elsewhere)
+    workspace_id, pipeline_id = embedded.pipeline([], site=site_config(start))
+    first = CrawlMetadata.read(materialization(embedded.run(pipeline_id, workspace_id), "crawl_results"))
+    second = CrawlMetadata.read(materialization(embedded.run(pipeline_id, workspace_id), "crawl_results"))
+    # The pages are not parsed again (the same bytes): their links come from the first crawl's records.
+    assert second.urls_unchanged == second.urls_succeeded == first.urls_succeeded
+    assert second.pages_discovered == first.pages_discovered == 7
+
+
+def test_a_crawl_stopped_at_max_pages_says_so(embedded: Stack, elsewhere: WebServer):
+    start = build_site(embedded.web, elsewhere)
+    workspace_id, pipeline_id = embedded.pipeline([], site=site_config(start, max_pages=3))
+    crawl = CrawlMetadata.read(materialization(embedded.run(pipeline_id, workspace_id), "crawl_results"))
+    assert (crawl.urls_attempted, crawl.pages_discovered, crawl.discovery_truncated) == (3, 3, True)
+
+
+def test_the_credit_check_asks_for_max_pages_before_any_request(embedded: Stack, elsewhere: WebServer):
+    embedded.billing_enabled = True
+    start = build_site(embedded.web, elsewhere)
+    # Enough for the 7 pages the site has, not for the 8 a crawl of max 8 pages may fetch.
+    workspace_id, pipeline_id = embedded.pipeline(
+        [], site=site_config(start, max_pages=8), credit=7 * embedded.micros_per_crawl
+    )
+    refused = embedded.run(pipeline_id, workspace_id)
+    assert not refused.success
+    assert embedded.web.requests == []

@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl
+from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl_with_metadata
 from pipelines_dagster.core.crawl_record import read_crawl
 from pipelines_dagster.core.page_changes import ChangeCounts, record_changes
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
@@ -32,13 +32,15 @@ def changes_partition(
 ) -> dict[str, Any]:
     """Record the page changes of the partition's latest stored crawl; the metadata of that materialization."""
     pipeline = partition_pipeline(app_db, partition_key)
-    blob_key, crawl_run_id = stored_crawl(instance, partition_key)
+    blob_key, crawl = stored_crawl_with_metadata(instance, partition_key)
+    crawl_run_id = crawl.run_id
     counts = record_changes(
         app_db.sessions,
         workspace_id=pipeline.workspace_id,
         pipeline_id=pipeline.id,
         run_id=crawl_run_id,
         records=read_crawl(blob_store.store(), blob_key),
+        truncated=bool(crawl.metadata.discovery_truncated),
     )
     return {
         "pages_new": counts.new,

@@ -75,11 +75,13 @@ def record_changes(
     run_id: str,
     records: Iterable[CrawlRecord],
     now: datetime | None = None,
+    truncated: bool = False,
 ) -> ChangeCounts:
     """Compare a crawl's records with each page's last good observation and append the timeline rows.
 
     All in one transaction, and keyed by the crawl's run id, so a retry or backfill over the
-    same crawl appends nothing twice. URLs absent from this crawl are removed.
+    same crawl appends nothing twice. URLs absent from this crawl are removed, unless it is
+    `truncated` (a site crawl that stopped at max pages: what it did not reach may still be there).
     """
     now = now or datetime.now(UTC)
     counts = ChangeCounts()
@@ -141,7 +143,7 @@ def record_changes(
                 state.content_hash, state.content, state.last_changed_at = digest, content, now
             state.run_id, state.last_checked_at = run_id, now
         for key, state in states.items():
-            if key not in seen and state.content_hash is not None:
+            if not truncated and key not in seen and state.content_hash is not None:
                 _remove(session, state, run_id, documents.get(state.url), now, counts)
     return counts
 

@@ -130,6 +130,23 @@ def test_a_removed_page_that_returns_is_new_again(sessions, pipeline):
     assert timeline(sessions, pipeline[1]) == [("a", "new"), ("a", "removed"), ("a", "new")]
 
 
+def test_a_crawl_stopped_at_max_pages_removes_none_of_the_pages_it_did_not_reach(sessions, pipeline):
+    workspace_id, pipeline_id = pipeline
+    record(sessions, pipeline, "run-1", [ok("a", "A"), ok("b", "B"), ok("c", "C")])
+    truncated = record_changes(
+        sessions,
+        workspace_id=workspace_id,
+        pipeline_id=pipeline_id,
+        run_id="run-2",
+        records=[ok("a", "A2")],
+        now=T0,
+        truncated=True,
+    )
+    assert (truncated.changed, truncated.removed) == (1, 0)
+    full = record(sessions, pipeline, "run-3", [ok("a", "A2")])
+    assert full.removed == 2
+
+
 def test_the_same_crawl_recorded_twice_appends_once(sessions, pipeline):
     record(sessions, pipeline, "run-1", [ok("a", "A")])
     record(sessions, pipeline, "run-2", [ok("a", "A2"), ok("b", "B")])

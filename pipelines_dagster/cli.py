@@ -33,6 +33,14 @@ from pipelines_dagster.core.retry import (
     validate_retry_policy,
 )
 from pipelines_dagster.core.schedule import ScheduleSpec
+from pipelines_dagster.core.site_config import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_PAGES,
+    SITE_KEY,
+    CrawlMode,
+    SiteConfig,
+    crawl_mode,
+)
 from pipelines_dagster.core.triggers import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     EventType,
@@ -183,6 +191,18 @@ def read_url_file(path: Path) -> list[str]:
 )
 @click.option("--name", default=None)
 @click.option(
+    "--mode", type=click.Choice([mode.value for mode in CrawlMode]), default=None, help="list (default) or site."
+)
+@click.option("--site", "sites", multiple=True, help="A site crawl's start URL; repeat for more. Implies --mode site.")
+@click.option(
+    "--max-depth", type=int, default=None, help=f"Site crawl: links followed from a start URL [{DEFAULT_MAX_DEPTH}]."
+)
+@click.option("--max-pages", type=int, help=f"Site crawl: pages fetched at most [{DEFAULT_MAX_PAGES}].")
+@click.option("--include", multiple=True, help="Site crawl: only paths matching this glob (/docs/**); repeatable.")
+@click.option("--exclude", multiple=True, help="Site crawl: never paths matching this glob; repeatable.")
+@click.option("--subdomains", is_flag=True, help="Site crawl: the start URLs' whole registrable domains.")
+@click.option("--drop-query-params", default=None, help="Site crawl: query parameters to drop (a,b) or all.")
+@click.option(
     "--index-every-minutes",
     type=int,
     default=None,
@@ -197,13 +217,43 @@ def connector_create(
     url_file: Path | None,
     name: str | None,
     index_every_minutes: int | None,
+    mode: str | None,
+    sites: tuple[str, ...],
+    max_depth: int | None,
+    max_pages: int | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    subdomains: bool,
+    drop_query_params: str | None,
     as_json: bool,
 ) -> None:
-    """Create a connector; a webcrawler connector needs --url or --url-file."""
+    """Create a connector; a webcrawler connector needs --url or --url-file (list mode), or --site (site mode)."""
     if urls and url_file:
         raise InvalidInputError("url_file", "give --url or --url-file, not both")
     all_urls = read_url_file(url_file) if url_file else list(urls)
     settings = load_settings()
+    given = {
+        "max_depth": max_depth is not None,
+        "max_pages": max_pages is not None,
+        "include": bool(include),
+        "exclude": bool(exclude),
+        "subdomains": subdomains,
+        "drop_query_params": drop_query_params is not None,
+    }
+    site = None
+    if sites or mode == CrawlMode.SITE.value:
+        site = SiteConfig.validated(
+            start_urls=sites,
+            max_depth=max_depth,
+            max_pages=max_pages,
+            include=include,
+            exclude=exclude,
+            subdomains=subdomains,
+            drop_query_params=drop_query_params,
+            max_pages_cap=settings.site_max_pages_cap,
+        )
+    elif bounding := [name for name, is_given in given.items() if is_given]:
+        raise InvalidInputError(bounding[0], "bounds a site crawl; give --site (site mode) with it")
     with transaction(open_sessions(settings)) as session:
         created = services.create_connector(
             session,
@@ -213,6 +263,7 @@ def connector_create(
             urls=all_urls,
             name=name,
             index_every_minutes=index_every_minutes,
+            site=site,
         )
         created_urls = catalog.initial_urls(created) or []
         payload = {
@@ -220,10 +271,13 @@ def connector_create(
             "workspace_id": created.workspace_id,
             "type": created.connector_type,
             "urls": created_urls,
+            "mode": crawl_mode(created.config).value,
+            "site": created.config.get(SITE_KEY),
             "periodic_indexing_enabled": created.periodic_indexing_enabled,
             "pipeline_ids": [p.id for p in created.pipelines],
         }
-    emit(as_json, payload, f"connector {payload['id']} created with {len(created_urls)} URLs")
+    what = f"a site crawl of {', '.join(site.start_urls)}" if site else f"{len(created_urls)} URLs"
+    emit(as_json, payload, f"connector {payload['id']} created with {what}")
 
 
 @main.group()

@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipelines_dagster.core.fires import Budget
+from pipelines_dagster.core.site_config import DEFAULT_MAX_PAGES_CAP
 
 ENV_PREFIX = "PIPELINES_"
 
@@ -54,6 +55,12 @@ class Settings(BaseSettings):
         default=20,
         ge=1,
         description="Scheduled fires due together run as batch runs of at most this many pipelines; 1: a run each.",
+    )
+    site_max_pages_cap: int = Field(
+        default=DEFAULT_MAX_PAGES_CAP,
+        ge=1,
+        le=1_000_000,
+        description="The most pages a site crawl may be set to fetch (its max pages is refused above this).",
     )
     retention_days: int = Field(
         default=30, ge=1, description="Crawl blobs and webhook deliveries older than this are deleted daily."

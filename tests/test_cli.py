@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import create_engine
+from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.cli import main
 from tests.support.db import row_counts
 
@@ -634,3 +636,50 @@ def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, 
     assert (
         "--limit" in cli("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--limit", "0", ok=False).output
     )
+
+
+def connector_count(cli) -> int:
+    with Session(cli.engine()) as session:
+        return session.scalar(sa.select(sa.func.count()).select_from(Connector)) or 0
+
+
+def test_a_site_connector_is_created_with_its_bounds(cli, workspace):
+    ws = str(workspace["id"])
+    site = "--site https://docs.example.com/ --max-depth 2 --max-pages 300 --include /docs/** --exclude /docs/old/*"
+    bounds = "--subdomains --drop-query-params utm_source"
+    created = cli.json(*f"connector create --workspace {ws} --type webcrawler {site} {bounds}".split())
+    assert created["mode"] == "site" and created["urls"] == []
+    assert created["site"] == {
+        "start_urls": ["https://docs.example.com/"],
+        "max_depth": 2,
+        "max_pages": 300,
+        "include": ["/docs/**"],
+        "exclude": ["/docs/old/*"],
+        "subdomains": True,
+        "drop_query_params": ["utm_source"],
+    }
+    listed = cli.json(*f"connector create --workspace {ws} --type webcrawler --url https://e.com/".split())
+    assert (listed["mode"], listed["site"]) == ("list", None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ("--site https://e.com/ --include docs/*", "--include"),
+        ("--site https://e.com/ --max-depth -1", "--max-depth"),
+        ("--site https://e.com/ --max-pages 101", "--max-pages"),
+        ("--site https://e.com/ --drop-query-params a,all", "--drop-query-params"),
+        ("--mode site", "--site"),
+        ("--url https://e.com/ --max-depth 0", "--max-depth"),
+        ("--url https://e.com/ --site https://e.com/", "--site"),
+        ("--mode spider --site https://e.com/", "--mode"),
+    ],
+)
+def test_bad_site_crawl_input_is_refused_naming_the_field_and_writes_nothing(
+    cli, workspace, monkeypatch, arguments, field
+):
+    monkeypatch.setenv("PIPELINES_SITE_MAX_PAGES_CAP", "100")
+    before = connector_count(cli)
+    result = cli(*f"connector create --workspace {workspace['id']} --type webcrawler {arguments}".split(), ok=False)
+    assert field in result.output
+    assert connector_count(cli) == before

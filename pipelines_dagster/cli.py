@@ -38,8 +38,8 @@ from pipelines_dagster.core.site_config import (
     DEFAULT_MAX_PAGES,
     SITE_KEY,
     CrawlMode,
-    SiteConfig,
     crawl_mode,
+    site_for,
 )
 from pipelines_dagster.core.triggers import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
@@ -232,28 +232,17 @@ def connector_create(
         raise InvalidInputError("url_file", "give --url or --url-file, not both")
     all_urls = read_url_file(url_file) if url_file else list(urls)
     settings = load_settings()
-    given = {
-        "max_depth": max_depth is not None,
-        "max_pages": max_pages is not None,
-        "include": bool(include),
-        "exclude": bool(exclude),
-        "subdomains": subdomains,
-        "drop_query_params": drop_query_params is not None,
-    }
-    site = None
-    if sites or mode == CrawlMode.SITE.value:
-        site = SiteConfig.validated(
-            start_urls=sites,
-            max_depth=max_depth,
-            max_pages=max_pages,
-            include=include,
-            exclude=exclude,
-            subdomains=subdomains,
-            drop_query_params=drop_query_params,
-            max_pages_cap=settings.site_max_pages_cap,
-        )
-    elif bounding := [name for name, is_given in given.items() if is_given]:
-        raise InvalidInputError(bounding[0], "bounds a site crawl; give --site (site mode) with it")
+    site = site_for(
+        mode,
+        start_urls=sites,
+        max_depth=max_depth,
+        max_pages=max_pages,
+        include=include,
+        exclude=exclude,
+        subdomains=subdomains,
+        drop_query_params=drop_query_params,
+        max_pages_cap=settings.site_max_pages_cap,
+    )
     with transaction(open_sessions(settings)) as session:
         created = services.create_connector(
             session,

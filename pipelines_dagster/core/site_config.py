@@ -166,6 +166,50 @@ class SiteConfig:
         )
 
 
+def site_for(
+    mode: str | None,
+    *,
+    start_urls: Iterable[str] = (),
+    max_depth: int | None = None,
+    max_pages: int | None = None,
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    subdomains: bool = False,
+    drop_query_params: str | Iterable[str] | None = None,
+    max_pages_cap: int = DEFAULT_MAX_PAGES_CAP,
+) -> SiteConfig | None:
+    """The site crawl a new web connector asks for, or None for a list crawl.
+
+    Start URLs (or mode "site") ask for one; bounds without it are refused, since a list crawl
+    would silently ignore them. InvalidInputError names the field.
+    """
+    start_urls, include, exclude = list(start_urls), list(include), list(exclude)
+    chosen = validate_choice(CrawlMode, mode, field="mode", what="crawl mode") if mode is not None else None
+    if chosen is CrawlMode.SITE or (chosen is None and start_urls):
+        return SiteConfig.validated(
+            start_urls=start_urls,
+            max_depth=max_depth,
+            max_pages=max_pages,
+            include=include,
+            exclude=exclude,
+            subdomains=subdomains,
+            drop_query_params=drop_query_params,
+            max_pages_cap=max_pages_cap,
+        )
+    given = {
+        "site": bool(start_urls),
+        "max_depth": max_depth is not None,
+        "max_pages": max_pages is not None,
+        "include": bool(include),
+        "exclude": bool(exclude),
+        "subdomains": subdomains,
+        "drop_query_params": drop_query_params is not None,
+    }
+    if bounding := [name for name, is_given in given.items() if is_given]:
+        raise InvalidInputError(bounding[0], "bounds a site crawl, and this connector crawls a list (mode list)")
+    return None
+
+
 def crawl_mode(config: Mapping[str, Any]) -> CrawlMode:
     """A connector's crawl mode from its config; list when none is stored."""
     return validate_choice(CrawlMode, config.get(CRAWL_MODE_KEY, CrawlMode.LIST.value), field="mode", what="crawl mode")

@@ -12,7 +12,7 @@ from importlib.metadata import version
 import dagster as dg
 from fastapi import FastAPI
 
-from pipelines_dagster.api import changes, documents, pipelines, runs, triggers
+from pipelines_dagster.api import changes, connectors, documents, pipelines, runs, triggers
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
@@ -103,9 +103,18 @@ def create_app(
         # The backend is chosen where the Dagster resources choose it.
         blob_store=build_resources(settings)["blob_store"].store(),
         launcher=launcher or GraphQLLauncher(),
+        site_max_pages_cap=settings.site_max_pages_cap,
     )
     install_error_handlers(app)
     _redact_access_log()
-    for router in (pipelines.router, runs.router, changes.router, documents.router, triggers.router, triggers.webhooks):
+    for router in (
+        connectors.router,
+        pipelines.router,
+        runs.router,
+        changes.router,
+        documents.router,
+        triggers.router,
+        triggers.webhooks,
+    ):
         app.include_router(router)
     return app

@@ -21,6 +21,8 @@ class ApiServices:
     history: RunHistory
     blob_store: BlobStore
     launcher: Launcher
+    site_max_pages_cap: int
+    """The most pages a site crawl may be set to fetch (PIPELINES_SITE_MAX_PAGES_CAP)."""
 
 
 def get_services(request: Request) -> ApiServices:

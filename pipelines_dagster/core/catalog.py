@@ -132,6 +132,19 @@ def create_connector(
     return connector
 
 
+def get_connector(session: Session, *, workspace_id: int, connector_id: int) -> Connector:
+    connector = session.get(Connector, connector_id)
+    if connector is None or connector.workspace_id != workspace_id:
+        raise NotFoundError(f"connector {connector_id} is not in workspace {workspace_id}")
+    return connector
+
+
+def list_connectors(session: Session, *, workspace_id: int) -> list[Connector]:
+    """The workspace's connectors by id."""
+    query = sa.select(Connector).where(Connector.workspace_id == workspace_id).order_by(Connector.id)
+    return list(session.scalars(query))
+
+
 def _create_default_pipeline(
     session: Session, workspace: Workspace, connector: Connector, *, now: datetime
 ) -> Pipeline:

@@ -803,6 +803,8 @@ def _serve(root: Path, port: int) -> None:
     last_modified_at = parsedate_to_datetime(LAST_MODIFIED)
     last_modified = LAST_MODIFIED.encode("ascii")
     files: dict[str, tuple[bytes, bytes]] = {"/robots.txt": (ROBOTS_TXT, b'"robots"')}
+    for sitemap in sorted(root.glob("*.xml")):  # sitemaps, when the corpus has them
+        files[f"/{sitemap.name}"] = (sitemap.read_bytes(), b'"' + sitemap.name.encode("ascii") + b'"')
     for entry in sorted((root / "docs").iterdir()):
         body = entry.read_bytes()
         files[f"/docs/{entry.name}"] = (body, b'"' + sha256(body).hexdigest()[:32].encode("ascii") + b'"')
@@ -839,7 +841,13 @@ def _serve(root: Path, port: int) -> None:
             await send({"type": "http.response.start", "status": 304, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
-        content_type = b"text/plain" if scope["path"] == "/robots.txt" else b"text/html; charset=utf-8"
+        content_type = (
+            b"text/plain"
+            if scope["path"] == "/robots.txt"
+            else b"application/xml"
+            if scope["path"].endswith(".xml")
+            else b"text/html; charset=utf-8"
+        )
         headers += [(b"content-type", content_type), (b"content-length", str(len(body)).encode("ascii"))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -1007,12 +1015,15 @@ class EmbeddedStack:
             "billing": BillingResource(app_db=app_db, billing_enabled=False),
         }
 
-    def pipeline(self, urls: list[str], *, name: str = "bench", enabled: bool = True) -> tuple[int, int]:
-        """A workspace with a web connector over `urls` and a raw-crawl pipeline: (workspace id, pipeline id)."""
+    def pipeline(
+        self, urls: list[str], *, name: str = "bench", enabled: bool = True, site: Any = None
+    ) -> tuple[int, int]:
+        """A workspace with a web connector over `urls` (or discovering `site`, a SiteConfig) and a
+        raw-crawl pipeline: (workspace id, pipeline id)."""
         from pipelines_dagster.app_db.engine import session_factory
 
         return seed_pipeline(
-            session_factory(self.engine), self.instance, urls, name=name, save_to_kb=False, enabled=enabled
+            session_factory(self.engine), self.instance, urls, name=name, save_to_kb=False, enabled=enabled, site=site
         )
 
     def materialize(self, workspace_id: int, pipeline_id: int, *, log_level: str = "WARNING") -> Materialized:
@@ -1038,8 +1049,23 @@ class EmbeddedStack:
         return Materialized(wall_seconds=wall, metadata=metadata, success=result.success and bool(events))
 
 
+def write_sitemap(root: Path, paths: list[str]) -> None:
+    """/sitemap.xml listing `paths` (relative to the site, which the crawler reads against the sitemap's URL)."""
+    entries = "".join(f"<url><loc>{path}</loc></url>" for path in paths)
+    (root / "sitemap.xml").write_text(
+        f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'
+    )
+
+
 def seed_pipeline(
-    sessions: Any, instance: Any, urls: list[str], *, name: str, save_to_kb: bool, enabled: bool = True
+    sessions: Any,
+    instance: Any,
+    urls: list[str],
+    *,
+    name: str,
+    save_to_kb: bool,
+    enabled: bool = True,
+    site: Any = None,
 ) -> tuple[int, int]:
     """A workspace with a web connector over `urls` and a pipeline over it, its partition registered
     in `instance` as `pipelines-dagster pipeline create` does: (workspace id, pipeline id). A KB
@@ -1051,7 +1077,7 @@ def seed_pipeline(
     with transaction(sessions) as session:
         workspace = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{uuid.uuid4().hex[:6]}")
         connector = catalog.create_connector(
-            session, workspace_id=workspace.workspace.id, connector_type="webcrawler", urls=urls
+            session, workspace_id=workspace.workspace.id, connector_type="webcrawler", urls=urls, site=site
         )
         pipeline = services.create_pipeline(
             session,
@@ -1153,10 +1179,18 @@ def served(write: Callable[[Path], list[str]]) -> Iterator[tuple[CorpusServer, l
 
 
 def served_corpus(
-    *, pages: int, min_bytes: int, seed: int, spread: int = 0
+    *, pages: int, min_bytes: int, seed: int, spread: int = 0, sitemap: bool = False
 ) -> AbstractContextManager[tuple[CorpusServer, list[str]]]:
-    """A freshly written `write_corpus` corpus, served; yields the server and the page URLs."""
-    return served(lambda root: write_corpus(root, pages=pages, min_bytes=min_bytes, seed=seed, spread=spread))
+    """A freshly written `write_corpus` corpus (with a /sitemap.xml of every page), served; yields the
+    server and the page URLs."""
+
+    def write(root: Path) -> list[str]:
+        paths = write_corpus(root, pages=pages, min_bytes=min_bytes, seed=seed, spread=spread)
+        if sitemap:
+            write_sitemap(root, paths)
+        return paths
+
+    return served(write)
 
 
 if __name__ == "__main__":

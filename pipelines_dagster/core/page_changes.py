@@ -10,12 +10,13 @@ from typing import Literal
 
 import pydantic
 import sqlalchemy as sa
+from sqlalchemy import orm
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange, PageChangeStatus, PageState
 from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, GONE_HTTP_STATUSES, content_hash
+from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, GONE_HTTP_STATUSES, chunks, content_hash
 
 Observation = Literal["seen", "gone", "skipped"]
 
@@ -82,70 +83,114 @@ def record_changes(
     All in one transaction, and keyed by the crawl's run id, so a retry or backfill over the
     same crawl appends nothing twice. URLs absent from this crawl are removed, unless it is
     `truncated` (a site crawl that stopped at max pages: what it did not reach may still be there).
+
+    Pages are compared a batch at a time, each batch's rows flushed and let go, and a page's stored
+    text is read only when its hash changed: memory stays flat however many pages a crawl has.
     """
-    now = now or datetime.now(UTC)
+    moment = now or datetime.now(UTC)
     counts = ChangeCounts()
     with transaction(sessions) as session:
-        states = {
-            state.url_hash: state
-            for state in session.scalars(sa.select(PageState).where(PageState.pipeline_id == pipeline_id))
-        }
-        documents = _document_ids(session, workspace_id)
+        timeline = _Timeline(session, workspace_id, pipeline_id, run_id, moment, counts)
         seen: set[str] = set()
-        for record in records:
-            url = record.url
-            key = content_hash(url)
-            if key in seen:
-                continue
-            seen.add(key)
-            state = states.get(key)
-            if state is not None and state.run_id == run_id:
-                counts.already_recorded += 1
-                continue
-            observation = _observation(record)
-            if observation == "skipped":
-                counts.skipped += 1
-                continue
-            if observation == "gone":
-                if state is not None and state.content_hash is not None:
-                    _remove(session, state, run_id, documents.get(url), now, counts)
-                continue
-            content = normalize(record.content)
-            digest = content_hash(content)
-            if state is None:
-                state = PageState(
-                    workspace_id=workspace_id, pipeline_id=pipeline_id, url=url, url_hash=key, run_id=run_id
-                )
-                session.add(state)
-            if state.content_hash == digest:
-                counts.same += 1
-            else:
-                status = PageChangeStatus.NEW if state.content_hash is None else PageChangeStatus.CHANGED
-                diff = (
-                    unified_diff(state.content or "", content, url=url) if status is PageChangeStatus.CHANGED else None
-                )
-                session.add(
-                    PageChange(
-                        workspace_id=workspace_id,
-                        pipeline_id=pipeline_id,
-                        url=url,
-                        document_id=documents.get(url),
-                        run_id=run_id,
-                        status=status.value,
-                        previous_hash=state.content_hash,
-                        current_hash=digest,
-                        diff=diff,
-                        observed_at=now,
-                    )
-                )
-                setattr(counts, status.value, getattr(counts, status.value) + 1)
-                counts.changes.append((url, status.value))
-                state.content_hash, state.content, state.last_changed_at = digest, content, now
-            state.run_id, state.last_checked_at = run_id, now
-        for key, state in states.items():
-            if not truncated and key not in seen and state.content_hash is not None:
-                _remove(session, state, run_id, documents.get(state.url), now, counts)
+        for batch in chunks(records, BATCH_SIZE):
+            fresh: dict[str, CrawlRecord] = {}
+            for record in batch:  # a URL the crawl holds twice counts once, as first seen
+                key = content_hash(record.url)
+                if key not in seen:
+                    seen.add(key)
+                    fresh[key] = record
+            states = _states(session, pipeline_id, PageState.url_hash.in_(fresh))
+            for key, record in fresh.items():
+                timeline.observe(key, record, states.get(key))
+            timeline.let_go()
+        if not truncated:
+            timeline.remove_unseen(seen)
     return counts
+
+
+# Pages compared per batch: their states are read together and let go together.
+BATCH_SIZE = 500
+
+
+def _states(session: Session, pipeline_id: int, where: sa.ColumnElement[bool]) -> dict[str, PageState]:
+    """The pipeline's page states matching `where`, by URL hash, without their stored text."""
+    query = (
+        sa.select(PageState).where(PageState.pipeline_id == pipeline_id, where).options(orm.defer(PageState.content))
+    )
+    return {state.url_hash: state for state in session.scalars(query)}
+
+
+class _Timeline:
+    """One crawl's comparison, within its transaction."""
+
+    def __init__(
+        self, session: Session, workspace_id: int, pipeline_id: int, run_id: str, now: datetime, counts: ChangeCounts
+    ) -> None:
+        self.session, self.workspace_id, self.pipeline_id = session, workspace_id, pipeline_id
+        self.run_id, self.now, self.counts = run_id, now, counts
+        self.documents = _document_ids(session, workspace_id)
+
+    def observe(self, key: str, record: CrawlRecord, state: PageState | None) -> None:
+        counts, url = self.counts, record.url
+        if state is not None and state.run_id == self.run_id:
+            counts.already_recorded += 1
+            return
+        observation = _observation(record)
+        if observation == "skipped":
+            counts.skipped += 1
+            return
+        if observation == "gone":
+            if state is not None and state.content_hash is not None:
+                _remove(self.session, state, self.run_id, self.documents.get(url), self.now, counts)
+            return
+        content = normalize(record.content)
+        digest = content_hash(content)
+        if state is None:
+            state = PageState(
+                workspace_id=self.workspace_id, pipeline_id=self.pipeline_id, url=url, url_hash=key, run_id=self.run_id
+            )
+            self.session.add(state)
+        if state.content_hash == digest:
+            counts.same += 1
+        else:
+            status = PageChangeStatus.NEW if state.content_hash is None else PageChangeStatus.CHANGED
+            # The stored text is read (deferred) only here, for the diff of a changed page.
+            diff = unified_diff(state.content or "", content, url=url) if status is PageChangeStatus.CHANGED else None
+            self.session.add(
+                PageChange(
+                    workspace_id=self.workspace_id,
+                    pipeline_id=self.pipeline_id,
+                    url=url,
+                    document_id=self.documents.get(url),
+                    run_id=self.run_id,
+                    status=status.value,
+                    previous_hash=state.content_hash,
+                    current_hash=digest,
+                    diff=diff,
+                    observed_at=self.now,
+                )
+            )
+            setattr(counts, status.value, getattr(counts, status.value) + 1)
+            counts.changes.append((url, status.value))
+            state.content_hash, state.content, state.last_changed_at = digest, content, self.now
+        state.run_id, state.last_checked_at = self.run_id, self.now
+
+    def let_go(self) -> None:
+        """Write what the batch changed and drop its rows from the session (the transaction goes on)."""
+        self.session.flush()
+        self.session.expunge_all()
+
+    def remove_unseen(self, seen: set[str]) -> None:
+        """Remove the pages the crawl did not cover that had a last good observation."""
+        live = self.session.execute(
+            sa.select(PageState.url_hash).where(
+                PageState.pipeline_id == self.pipeline_id, PageState.content_hash.is_not(None)
+            )
+        )
+        for keys in chunks([key for (key,) in live if key not in seen], BATCH_SIZE):
+            for state in _states(self.session, self.pipeline_id, PageState.url_hash.in_(keys)).values():
+                _remove(self.session, state, self.run_id, self.documents.get(state.url), self.now, self.counts)
+            self.let_go()
 
 
 def _remove(

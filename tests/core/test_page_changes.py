@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, PageState, Pipeline
-from pipelines_dagster.core import catalog
+from pipelines_dagster.core import catalog, page_changes
 from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.kb_index import content_hash
 from pipelines_dagster.core.page_changes import (
@@ -169,3 +169,14 @@ def test_listing_filters_pages_and_stays_in_its_workspace(sessions, pipeline):
         recent, _ = list_changes(session, workspace_id=workspace_id, since=T0 + timedelta(hours=1))
         assert {c.status for c in recent} == {"changed", "removed"} and len(recent) == 5
         assert list_changes(session, workspace_id=workspace_id + 1000) == ([], None)
+
+
+def test_pages_compared_in_batches_give_the_same_timeline(sessions, pipeline, monkeypatch):
+    monkeypatch.setattr(page_changes, "BATCH_SIZE", 2)
+    record(sessions, pipeline, "run-1", [ok(name, f"{name} text") for name in "abcde"])
+    crawl = [ok("a", "a text"), ok("b", "b edited"), ok("a", "a again"), failed("c", 404), ok("f", "f text")]
+    second = record(sessions, pipeline, "run-2", crawl)
+    assert (second.same, second.changed, second.removed, second.new) == (1, 1, 3, 1)  # c gone; d, e unseen
+    retry = record(sessions, pipeline, "run-2", crawl)
+    assert retry.already_recorded == 4 and (retry.changed, retry.removed, retry.new) == (0, 0, 0)
+    assert timeline(sessions, pipeline[1]).count(("d", "removed")) == 1

@@ -1,0 +1,124 @@
+"""One politeness budget per host across all runs: concurrency slots and Crawl-delay turns as leases in `Locks`.
+
+The leases live in the locks backend (Redis or the app database), so crawls in other processes and
+other workspaces that reach the same host draw on the same budget instead of each bringing its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from pipelines_dagster.core.locks import Locks
+
+logger = logging.getLogger(__name__)
+
+
+def slot_lock_name(host: str, index: int) -> str:
+    return f"host:{host}:slot:{index}"
+
+
+def turn_lock_name(host: str) -> str:
+    return f"host:{host}:next"
+
+
+class HostBudget:
+    """Per-host concurrency slots and Crawl-delay turns shared by every crawl using the same `Locks`.
+
+    Slots and turns are leases taken for `lease_ttl` seconds and renewed while their request runs,
+    so a crawl that dies holding one frees it within `lease_ttl`. Waiting polls the backend with a
+    jittered backoff from `poll` to `max_poll` seconds; every backend call runs in a thread, off
+    the event loop.
+    """
+
+    def __init__(self, locks: Locks, *, lease_ttl: float = 10.0, poll: float = 0.01, max_poll: float = 0.2) -> None:
+        if lease_ttl <= 0 or not 0 < poll <= max_poll:
+            raise ValueError(f"need lease_ttl > 0 and 0 < poll <= max_poll, got {lease_ttl}, {poll}, {max_poll}")
+        self._locks = locks
+        self._lease_ttl = lease_ttl
+        self._poll = poll
+        self._max_poll = max_poll
+        # Owner tokens unique to each lease taken, so one crawl's leases never end each other.
+        self._owners = (f"{uuid.uuid4().hex}:{number}" for number in itertools.count())
+
+    @contextlib.asynccontextmanager
+    async def slot(self, host: str, *, concurrency: int) -> AsyncIterator[None]:
+        """Hold one of the host's `concurrency` shared slots for the block, waiting for one to free."""
+        host, owner = host.lower(), next(self._owners)
+        async with self._lease(
+            lambda: self._take_slot(host, owner, concurrency),
+            owner,
+            end=lambda name: self._locks.release(name, owner),
+        ):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def turn(self, host: str, *, delay: float) -> AsyncIterator[None]:
+        """Hold the host's turn for the block: no crawl sends it another request until `delay` s after.
+
+        The delay counts from the end of the block, not from its start, and is set when the block
+        ends: a request that reaches the host late (a slow backend call, a busy machine) cannot
+        bring the next one closer than the delay.
+        """
+        name, owner = turn_lock_name(host.lower()), next(self._owners)
+        async with self._lease(
+            lambda: name if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl) else None,
+            owner,
+            # Not released: shortened to the delay, whose end opens the next turn.
+            end=lambda name: self._locks.renew(name, owner, ttl_seconds=delay),
+        ):
+            yield
+
+    def _take_slot(self, host: str, owner: str, concurrency: int) -> str | None:
+        # From a random slot, so crawls waiting on a busy host do not all write to slot 0 first.
+        first = random.randrange(concurrency)
+        for index in range(concurrency):
+            name = slot_lock_name(host, (first + index) % concurrency)
+            if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl):
+                return name
+        return None
+
+    @contextlib.asynccontextmanager
+    async def _lease(
+        self, take: Callable[[], str | None], owner: str, *, end: Callable[[str], object]
+    ) -> AsyncIterator[None]:
+        """Wait until `take` gets a lease, keep it renewed for the block, then `end` it."""
+        name = await self._wait(take)
+        renewer = asyncio.create_task(self._keep_renewed(name, owner))
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            try:
+                await asyncio.to_thread(end, name)
+            except Exception:
+                # The page's outcome does not depend on this; the lease's TTL ends it anyway.
+                logger.warning("could not end host lease %r; it ends with its TTL", name, exc_info=True)
+
+    async def _wait(self, take: Callable[[], str | None]) -> str:
+        delay = self._poll
+        while (name := await asyncio.to_thread(take)) is None:
+            # Jittered, so crawls polling one host do not fall into step with each other.
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, self._max_poll)
+        return name
+
+    async def _keep_renewed(self, name: str, owner: str) -> None:
+        """Renew a held lease while its request runs longer than a third of the TTL."""
+        while True:
+            await asyncio.sleep(self._lease_ttl / 3)
+            try:
+                renewed = await asyncio.to_thread(self._locks.renew, name, owner, ttl_seconds=self._lease_ttl)
+            except Exception:
+                logger.warning("renewing host lease %r failed; retrying", name, exc_info=True)
+                continue
+            if not renewed:
+                logger.warning("host lease %r expired while its request ran; the host may see one extra", name)
+                return

@@ -33,7 +33,7 @@ from pipelines_dagster.core.crawl_types import (
 )
 from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
-from pipelines_dagster.core.host_budget import HostBudget
+from pipelines_dagster.core.host_budget import HostBudget, HostBudgetError
 from pipelines_dagster.core.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
 from pipelines_dagster.core.validation import InvalidInputError, validate_url
 
@@ -356,7 +356,7 @@ class _CrawlRun:
             retry_after: float | None = None
             try:
                 response = await self._send(url, host=host, headers=headers, media_types=media_types, progress=progress)
-            except AddressError as exc:
+            except (AddressError, HostBudgetError) as exc:
                 raise _Failed(str(exc)) from None
             except httpx.ConnectTimeout:
                 reason = f"connect timed out after {config.connect_timeout:g} s"

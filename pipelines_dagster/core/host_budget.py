@@ -19,6 +19,10 @@ from pipelines_dagster.core.locks import Locks
 logger = logging.getLogger(__name__)
 
 
+class HostBudgetError(RuntimeError):
+    """The locks backend holding the budget could not be reached, so the request was not sent."""
+
+
 def slot_lock_name(host: str, index: int) -> str:
     return f"host:{host}:slot:{index}"
 
@@ -104,11 +108,20 @@ class HostBudget:
 
     async def _wait(self, take: Callable[[], str | None]) -> str:
         delay = self._poll
-        while (name := await asyncio.to_thread(take)) is None:
+        while (name := await self._call(take)) is None:
             # Jittered, so crawls polling one host do not fall into step with each other.
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._max_poll)
         return name
+
+    @staticmethod
+    async def _call(take: Callable[[], str | None]) -> str | None:
+        try:
+            return await asyncio.to_thread(take)
+        except Exception as exc:
+            raise HostBudgetError(
+                f"the per-host budget shared by all runs could not be taken from the locks backend: {exc}"
+            ) from exc
 
     async def _keep_renewed(self, name: str, owner: str) -> None:
         """Renew a held lease while its request runs longer than a third of the TTL."""

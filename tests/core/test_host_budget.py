@@ -209,3 +209,13 @@ def test_a_turn_keeps_every_crawl_off_the_host_until_the_delay_after_it(backend:
 def test_budget_settings_must_be_positive() -> None:
     with pytest.raises(ValueError, match="lease_ttl"):
         HostBudget(DatabaseLocks(sa.create_engine("sqlite://")), lease_ttl=0)
+
+
+def test_an_unreachable_locks_backend_fails_the_url_with_the_reason_and_sends_nothing(web: WebServer) -> None:
+    web.route("/page", page("Never sent", TEXT))
+    unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)  # nothing listens on port 1
+    with Crawler(replace(CONFIG, obey_robots=False), host_budget=HostBudget(RedisLocks(unreachable))) as crawler:
+        [outcome] = crawler.crawl_all([web.url("/page")])
+    assert outcome.status == "failed"
+    assert outcome.error is not None and "could not be taken from the locks backend" in outcome.error
+    assert web.requests == []

@@ -37,7 +37,8 @@ class HostBudget:
     Slots and turns are leases taken for `lease_ttl` seconds and renewed while their request runs,
     so a crawl that dies holding one frees it within `lease_ttl`. Waiting polls the backend with a
     jittered backoff from `poll` to `max_poll` seconds; every backend call runs in a thread, off
-    the event loop.
+    the event loop. A wait cancelled while its call is under way may leave the lease it took to
+    its TTL, like a crash.
     """
 
     def __init__(self, locks: Locks, *, lease_ttl: float = 10.0, poll: float = 0.01, max_poll: float = 0.2) -> None:
@@ -47,13 +48,13 @@ class HostBudget:
         self._lease_ttl = lease_ttl
         self._poll = poll
         self._max_poll = max_poll
-        # Owner tokens unique to each lease taken, so one crawl's leases never end each other.
-        self._owners = (f"{uuid.uuid4().hex}:{number}" for number in itertools.count())
+        self._token = uuid.uuid4().hex
+        self._numbers = itertools.count()  # next() on it is atomic: crawls on several threads may share a budget
 
     @contextlib.asynccontextmanager
     async def slot(self, host: str, *, concurrency: int) -> AsyncIterator[None]:
         """Hold one of the host's `concurrency` shared slots for the block, waiting for one to free."""
-        host, owner = host.lower(), next(self._owners)
+        host, owner = host.lower(), self._owner()
         async with self._lease(
             lambda: self._take_slot(host, owner, concurrency),
             owner,
@@ -69,7 +70,7 @@ class HostBudget:
         ends: a request that reaches the host late (a slow backend call, a busy machine) cannot
         bring the next one closer than the delay.
         """
-        name, owner = turn_lock_name(host.lower()), next(self._owners)
+        name, owner = turn_lock_name(host.lower()), self._owner()
         async with self._lease(
             lambda: name if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl) else None,
             owner,
@@ -77,6 +78,10 @@ class HostBudget:
             end=lambda name: self._locks.renew(name, owner, ttl_seconds=delay),
         ):
             yield
+
+    def _owner(self) -> str:
+        # A token unique to each lease taken, so one crawl's leases never end each other.
+        return f"{self._token}:{next(self._numbers)}"
 
     def _take_slot(self, host: str, owner: str, concurrency: int) -> str | None:
         # From a random slot, so crawls waiting on a busy host do not all write to slot 0 first.

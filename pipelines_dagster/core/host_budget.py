@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import logging
 import random
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -49,6 +50,9 @@ class HostBudget:
         self._poll = poll
         self._max_poll = max_poll
         self._token = uuid.uuid4().hex
+        # The slots this budget holds, so taking one skips them instead of paying a backend call each.
+        self._mine: set[str] = set()
+        self._mine_lock = threading.Lock()  # taken and freed from worker threads
         self._numbers = itertools.count()  # next() on it is atomic: crawls on several threads may share a budget
 
     @contextlib.asynccontextmanager
@@ -56,9 +60,7 @@ class HostBudget:
         """Hold one of the host's `concurrency` shared slots for the block, waiting for one to free."""
         host, owner = host.lower(), self._owner()
         async with self._lease(
-            lambda: self._take_slot(host, owner, concurrency),
-            owner,
-            end=lambda name: self._locks.release(name, owner),
+            lambda: self._take_slot(host, owner, concurrency), owner, end=lambda name: self._free_slot(name, owner)
         ):
             yield
 
@@ -86,11 +88,20 @@ class HostBudget:
     def _take_slot(self, host: str, owner: str, concurrency: int) -> str | None:
         # From a random slot, so crawls waiting on a busy host do not all write to slot 0 first.
         first = random.randrange(concurrency)
-        for index in range(concurrency):
-            name = slot_lock_name(host, (first + index) % concurrency)
+        names = [slot_lock_name(host, (first + index) % concurrency) for index in range(concurrency)]
+        with self._mine_lock:
+            names = [name for name in names if name not in self._mine]
+        for name in names:
             if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl):
+                with self._mine_lock:
+                    self._mine.add(name)
                 return name
         return None
+
+    def _free_slot(self, name: str, owner: str) -> None:
+        with self._mine_lock:
+            self._mine.discard(name)
+        self._locks.release(name, owner)
 
     @contextlib.asynccontextmanager
     async def _lease(

@@ -69,3 +69,14 @@ def test_the_deployment_gives_the_crawler_its_locks(monkeypatch: pytest.MonkeyPa
         monkeypatch.delenv(name, raising=False)
     resources = build_resources(load_settings(data_dir=tmp_path))
     assert resources["crawler"].locks is resources["locks"]
+
+
+def test_sqlite_lease_commits_skip_the_fsync(sqlite_engine: sa.Engine) -> None:
+    """Every crawled request takes and frees a lease; on SQLite they commit without an fsync each."""
+    resource = DatabaseLocksResource(database_url=sqlite_engine.url.render_as_string(hide_password=False))
+    assert resource.locks.acquire("test:lease", "one", ttl_seconds=5)
+    assert resource._engine is not None
+    with resource._engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL, not FULL (2)
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    assert resource.locks.owner_of("test:lease") == "one"

@@ -7,6 +7,7 @@ outcomes are in `crawl_types`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import os
@@ -218,6 +219,8 @@ class _CrawlRun:
         self._host_budget = host_budget
         self._global_slots = asyncio.Semaphore(config.global_concurrency)
         self._host_slots: dict[str, asyncio.Semaphore] = {}
+        # Requests queued for a host[:port], to which a finished request hands its shared slot.
+        self._queued: collections.Counter[str] = collections.Counter()
         self._robots: dict[str, Protego | None] = {}
         self._robots_locks: dict[str, asyncio.Lock] = {}
         self._crawl_delays: dict[str, float] = {}
@@ -456,13 +459,25 @@ class _CrawlRun:
         budget = self._host_budget
         shared_host = url.netloc.decode("ascii")  # host[:port], lower-cased, IDNA, no default port
         shared = (
-            budget.slot(shared_host, concurrency=self._config.per_host_concurrency)
+            budget.slot(
+                shared_host,
+                concurrency=self._config.per_host_concurrency,
+                waiting=lambda: self._queued[shared_host] > 0,
+            )
             if budget is not None
             else contextlib.nullcontext()
         )
         turn = budget.turn(shared_host, delay=delay) if budget is not None and delay else contextlib.nullcontext()
-        async with host_slots, shared, self._global_slots, turn:
-            yield
+        self._queued[shared_host] += 1
+        try:
+            await host_slots.acquire()
+        finally:
+            self._queued[shared_host] -= 1
+        try:
+            async with shared, self._global_slots, turn:
+                yield
+        finally:
+            host_slots.release()
 
     async def _robots_allow(self, url: str, parts: httpx.URL) -> bool:
         origin = _origin(parts)

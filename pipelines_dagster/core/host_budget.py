@@ -12,6 +12,7 @@ import itertools
 import logging
 import random
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
@@ -42,11 +43,25 @@ class HostBudget:
     its TTL, like a crash.
     """
 
-    def __init__(self, locks: Locks, *, lease_ttl: float = 10.0, poll: float = 0.01, max_poll: float = 0.2) -> None:
-        if lease_ttl <= 0 or not 0 < poll <= max_poll:
-            raise ValueError(f"need lease_ttl > 0 and 0 < poll <= max_poll, got {lease_ttl}, {poll}, {max_poll}")
+    def __init__(
+        self,
+        locks: Locks,
+        *,
+        lease_ttl: float = 10.0,
+        poll: float = 0.01,
+        max_poll: float = 0.2,
+        hand_over_for: float = 1.0,
+    ) -> None:
+        if lease_ttl <= 0 or not 0 < poll <= max_poll or not 0 <= hand_over_for < lease_ttl / 2:
+            raise ValueError(
+                "need lease_ttl > 0, 0 < poll <= max_poll and 0 <= hand_over_for < lease_ttl / 2, got "
+                f"{lease_ttl}, {poll}, {max_poll}, {hand_over_for}"
+            )
         self._locks = locks
         self._lease_ttl = lease_ttl
+        self._hand_over_for = hand_over_for
+        # Slots handed over by a request that ended to the next request of this budget: (name, owner, taken at).
+        self._parked: dict[str, list[tuple[str, str, float]]] = {}
         self._poll = poll
         self._max_poll = max_poll
         self._token = uuid.uuid4().hex
@@ -56,13 +71,34 @@ class HostBudget:
         self._numbers = itertools.count()  # next() on it is atomic: crawls on several threads may share a budget
 
     @contextlib.asynccontextmanager
-    async def slot(self, host: str, *, concurrency: int) -> AsyncIterator[None]:
-        """Hold one of the host's `concurrency` shared slots for the block, waiting for one to free."""
-        host, owner = host.lower(), self._owner()
-        async with self._lease(
-            lambda: self._take_slot(host, owner, concurrency), owner, end=lambda name: self._free_slot(name, owner)
-        ):
-            yield
+    async def slot(
+        self, host: str, *, concurrency: int, waiting: Callable[[], bool] = lambda: False
+    ) -> AsyncIterator[None]:
+        """Hold one of the host's `concurrency` shared slots for the block, waiting for one to free.
+
+        When `waiting()` says another request of this crawl waits for the host as the block ends,
+        the slot passes to it without a backend call, up to `hand_over_for` seconds after the slot
+        was taken; then it is released, so other crawls get their chance. A handed-over slot whose
+        taker is cancelled first stays held until its TTL.
+        """
+        host = host.lower()
+        with self._mine_lock:
+            parked = self._parked.get(host)
+            held = parked.pop() if parked else None
+        if held is None:
+            owner = self._owner()
+            name = await self._wait(lambda: self._take_slot(host, owner, concurrency))
+            held = (name, owner, time.monotonic())
+        name, owner, taken_at = held
+        async with self._renewed(name, owner):
+            try:
+                yield
+            finally:
+                if waiting() and time.monotonic() - taken_at < self._hand_over_for:
+                    with self._mine_lock:
+                        self._parked.setdefault(host, []).append(held)
+                else:
+                    await self._end(lambda: self._free_slot(name, owner), name)
 
     @contextlib.asynccontextmanager
     async def turn(self, host: str, *, delay: float) -> AsyncIterator[None]:
@@ -73,13 +109,13 @@ class HostBudget:
         bring the next one closer than the delay.
         """
         name, owner = turn_lock_name(host.lower()), self._owner()
-        async with self._lease(
-            lambda: name if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl) else None,
-            owner,
-            # Not released: shortened to the delay, whose end opens the next turn.
-            end=lambda name: self._locks.renew(name, owner, ttl_seconds=delay),
-        ):
-            yield
+        await self._wait(lambda: name if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl) else None)
+        async with self._renewed(name, owner):
+            try:
+                yield
+            finally:
+                # Not released: shortened to the delay, whose end opens the next turn.
+                await self._end(lambda: self._locks.renew(name, owner, ttl_seconds=delay), name)
 
     def _owner(self) -> str:
         # A token unique to each lease taken, so one crawl's leases never end each other.
@@ -104,11 +140,8 @@ class HostBudget:
         self._locks.release(name, owner)
 
     @contextlib.asynccontextmanager
-    async def _lease(
-        self, take: Callable[[], str | None], owner: str, *, end: Callable[[str], object]
-    ) -> AsyncIterator[None]:
-        """Wait until `take` gets a lease, keep it renewed for the block, then `end` it."""
-        name = await self._wait(take)
+    async def _renewed(self, name: str, owner: str) -> AsyncIterator[None]:
+        """Keep a held lease renewed for the block."""
         renewer = asyncio.create_task(self._keep_renewed(name, owner))
         try:
             yield
@@ -116,11 +149,14 @@ class HostBudget:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-            try:
-                await asyncio.to_thread(end, name)
-            except Exception:
-                # The page's outcome does not depend on this; the lease's TTL ends it anyway.
-                logger.warning("could not end host lease %r; it ends with its TTL", name, exc_info=True)
+
+    @staticmethod
+    async def _end(end: Callable[[], object], name: str) -> None:
+        try:
+            await asyncio.to_thread(end)
+        except Exception:
+            # The page's outcome does not depend on this; the lease's TTL ends it anyway.
+            logger.warning("could not end host lease %r; it ends with its TTL", name, exc_info=True)
 
     async def _wait(self, take: Callable[[], str | None]) -> str:
         delay = self._poll

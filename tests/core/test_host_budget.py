@@ -21,7 +21,7 @@ from pipelines_dagster.core.crawler import Crawler
 from pipelines_dagster.core.host_budget import HostBudget, slot_lock_name
 from pipelines_dagster.core.locks import DatabaseLocks, Locks, RedisLocks
 from pipelines_dagster.core.network_policy import NetworkPolicy
-from tests.support.web import Reply, WebServer, page
+from tests.support.web import Reply, Request, WebServer, page
 
 CONFIG = CrawlerConfig(
     user_agent="pipelines-dagster-tests/1.0",
@@ -156,7 +156,7 @@ def test_a_slot_left_by_a_crashed_crawl_frees_after_its_ttl(web: WebServer, back
 
 def test_a_slot_is_renewed_while_held_and_released_after(backend: Callable[[], Locks]) -> None:
     locks, rival = backend(), backend()
-    budget = HostBudget(locks, lease_ttl=0.3)
+    budget = HostBudget(locks, lease_ttl=0.3, hand_over_for=0)
     name = slot_lock_name("example.org", 0)
 
     async def hold() -> list[bool]:
@@ -204,6 +204,30 @@ def test_a_turn_keeps_every_crawl_off_the_host_until_the_delay_after_it(backend:
     # From the end of one turn to the start of the next; 10 ms for the backends' millisecond clocks.
     # Not released, the turn's lease ends with the delay: the next starts no sooner.
     assert min(later[0] - earlier[1] for earlier, later in itertools.pairwise(turns)) >= 0.19, turns
+
+
+def test_a_crawl_hands_its_slot_to_its_next_request_for_a_while_then_frees_it(
+    web: WebServer, backend: Callable[[], Locks]
+) -> None:
+    locks = backend()
+    host = f"127.0.0.1:{web.port}"
+    owners: list[str | None] = []
+
+    def serve(_request: Request) -> Reply:
+        owners.append(locks.owner_of(slot_lock_name(host, 0)))
+        return page("Handed over", TEXT, delay=0.2)
+
+    for n in range(6):
+        web.handle(f"/page/{n}", serve)
+    config = replace(CONFIG, per_host_concurrency=1, obey_robots=False)
+    with Crawler(config, host_budget=HostBudget(backend(), hand_over_for=0.5)) as crawler:
+        outcomes = crawler.crawl_all([web.url(f"/page/{n}") for n in range(6)])
+    assert [outcome.status for outcome in outcomes] == ["success"] * 6
+    assert None not in owners
+    # Handed over without a backend call (the same lease), but taken anew once older than 0.5 s.
+    assert any(earlier == later for earlier, later in itertools.pairwise(owners)), owners
+    assert 2 <= len(set(owners)) < 6, owners
+    assert not locks.is_locked(slot_lock_name(host, 0))
 
 
 def test_budget_settings_must_be_positive() -> None:

@@ -462,7 +462,7 @@ class _CrawlRun:
             budget.slot(
                 shared_host,
                 concurrency=self._config.per_host_concurrency,
-                waiting=lambda: self._queued[shared_host] > 0,
+                waiting=lambda: self._queued[shared_host],
             )
             if budget is not None
             else contextlib.nullcontext()

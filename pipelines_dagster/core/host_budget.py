@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -15,8 +16,11 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 from pipelines_dagster.core.locks import Locks
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -71,33 +75,24 @@ class HostBudget:
         self._numbers = itertools.count()  # next() on it is atomic: crawls on several threads may share a budget
 
     @contextlib.asynccontextmanager
-    async def slot(
-        self, host: str, *, concurrency: int, waiting: Callable[[], bool] = lambda: False
-    ) -> AsyncIterator[None]:
+    async def slot(self, host: str, *, concurrency: int, waiting: Callable[[], int] = lambda: 0) -> AsyncIterator[None]:
         """Hold one of the host's `concurrency` shared slots for the block, waiting for one to free.
 
-        When `waiting()` says another request of this crawl waits for the host as the block ends,
-        the slot passes to it without a backend call, up to `hand_over_for` seconds after the slot
-        was taken; then it is released, so other crawls get their chance. A handed-over slot whose
-        taker is cancelled first stays held until its TTL.
+        When `waiting()` says more requests of this crawl wait for the host as the block ends than
+        slots are already handed over, the slot passes to one of them without a backend call, up to
+        `hand_over_for` seconds after it was taken; then it is freed, so other crawls get their
+        chance. A handed-over slot whose taker is cancelled first stays held until its TTL.
         """
         host = host.lower()
-        with self._mine_lock:
-            parked = self._parked.get(host)
-            held = parked.pop() if parked else None
+        held = self._unpark(host)
         if held is None:
-            owner = self._owner()
-            name = await self._wait(lambda: self._take_slot(host, owner, concurrency))
-            held = (name, owner, time.monotonic())
-        name, owner, taken_at = held
+            held = await self._wait(functools.partial(self._take_slot, host, concurrency))
+        name, owner, _ = held
         async with self._renewed(name, owner):
             try:
                 yield
             finally:
-                if waiting() and time.monotonic() - taken_at < self._hand_over_for:
-                    with self._mine_lock:
-                        self._parked.setdefault(host, []).append(held)
-                else:
+                if not self._park(host, held, waiting=waiting()):
                     await self._end(lambda: self._free_slot(name, owner), name)
 
     @contextlib.asynccontextmanager
@@ -109,7 +104,7 @@ class HostBudget:
         bring the next one closer than the delay.
         """
         name, owner = turn_lock_name(host.lower()), self._owner()
-        await self._wait(lambda: name if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl) else None)
+        await self._wait(functools.partial(self._take, name, owner))
         async with self._renewed(name, owner):
             try:
                 yield
@@ -121,17 +116,40 @@ class HostBudget:
         # A token unique to each lease taken, so one crawl's leases never end each other.
         return f"{self._token}:{next(self._numbers)}"
 
-    def _take_slot(self, host: str, owner: str, concurrency: int) -> str | None:
-        # From a random slot, so crawls waiting on a busy host do not all write to slot 0 first.
+    def _take(self, name: str, owner: str) -> bool | None:
+        return self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl) or None
+
+    def _unpark(self, host: str) -> tuple[str, str, float] | None:
+        with self._mine_lock:
+            parked = self._parked.get(host)
+            return parked.pop() if parked else None
+
+    def _park(self, host: str, held: tuple[str, str, float], *, waiting: int) -> bool:
+        """Hand the slot over if a request waits for one and it is young enough; False when it must be freed."""
+        if time.monotonic() - held[2] >= self._hand_over_for:
+            return False
+        with self._mine_lock:
+            parked = self._parked.setdefault(host, [])
+            if len(parked) >= waiting:
+                return False
+            parked.append(held)
+            return True
+
+    def _take_slot(self, host: str, concurrency: int) -> tuple[str, str, float] | None:
+        # A slot handed over while this waited first; then from a random slot, so crawls waiting on
+        # a busy host do not all write to slot 0 first.
+        if (parked := self._unpark(host)) is not None:
+            return parked
         first = random.randrange(concurrency)
         names = [slot_lock_name(host, (first + index) % concurrency) for index in range(concurrency)]
         with self._mine_lock:
             names = [name for name in names if name not in self._mine]
+        owner = self._owner()
         for name in names:
             if self._locks.acquire(name, owner, ttl_seconds=self._lease_ttl):
                 with self._mine_lock:
                     self._mine.add(name)
-                return name
+                return name, owner, time.monotonic()
         return None
 
     def _free_slot(self, name: str, owner: str) -> None:
@@ -158,7 +176,7 @@ class HostBudget:
             # The page's outcome does not depend on this; the lease's TTL ends it anyway.
             logger.warning("could not end host lease %r; it ends with its TTL", name, exc_info=True)
 
-    async def _wait(self, take: Callable[[], str | None]) -> str:
+    async def _wait(self, take: Callable[[], T | None]) -> T:
         delay = self._poll
         while (name := await self._call(take)) is None:
             # Jittered, so crawls polling one host do not fall into step with each other.
@@ -167,7 +185,7 @@ class HostBudget:
         return name
 
     @staticmethod
-    async def _call(take: Callable[[], str | None]) -> str | None:
+    async def _call(take: Callable[[], T | None]) -> T | None:
         try:
             return await asyncio.to_thread(take)
         except Exception as exc:

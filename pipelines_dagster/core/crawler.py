@@ -7,6 +7,7 @@ outcomes are in `crawl_types`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import os
@@ -33,6 +34,7 @@ from pipelines_dagster.core.crawl_types import (
 )
 from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
+from pipelines_dagster.core.host_budget import HostBudget, HostBudgetError
 from pipelines_dagster.core.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
 from pipelines_dagster.core.validation import InvalidInputError, validate_url
 
@@ -51,11 +53,17 @@ class Crawler:
     Extraction runs in up to `extract_workers` worker processes: the first starts as soon as a
     crawl meets a page it has no previous fetch of, more only while pages wait for extraction,
     and all are kept for later crawls until close().
+
+    With a `host_budget`, per-host concurrency and Crawl-delay hold across every crawl sharing its
+    locks backend, not only within this crawl.
     """
 
-    def __init__(self, config: CrawlerConfig, *, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self, config: CrawlerConfig, *, resolver: Resolver | None = None, host_budget: HostBudget | None = None
+    ) -> None:
         self.config = config
         self._resolver = resolver
+        self._host_budget = host_budget
         self._workers: ExtractionWorkers | None = None
         self._workers_lock = threading.Lock()
 
@@ -87,7 +95,9 @@ class Crawler:
             timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
             follow_redirects=False,  # each hop is checked by _CrawlRun before it is requested
         ) as client:
-            run = _CrawlRun(config, guard=guard, client=client, extract=self._extract, source=source)
+            run = _CrawlRun(
+                config, guard=guard, client=client, extract=self._extract, source=source, host_budget=self._host_budget
+            )
             await source.prepare(run.fetch_body)
             window = _WINDOW_PER_SLOT * config.global_concurrency
             pending: set[asyncio.Task[CrawlOutcome]] = set()
@@ -199,14 +209,18 @@ class _CrawlRun:
         client: httpx.AsyncClient,
         extract: Callable[..., Awaitable[Extracted]],
         source: UrlSource,
+        host_budget: HostBudget | None = None,
     ) -> None:
         self._config = config
         self._source = source
         self._guard = guard
         self._client = client
         self._extract = extract
+        self._host_budget = host_budget
         self._global_slots = asyncio.Semaphore(config.global_concurrency)
         self._host_slots: dict[str, asyncio.Semaphore] = {}
+        # Requests queued for a host[:port], to which a finished request hands its shared slot.
+        self._queued: collections.Counter[str] = collections.Counter()
         self._robots: dict[str, Protego | None] = {}
         self._robots_locks: dict[str, asyncio.Lock] = {}
         self._crawl_delays: dict[str, float] = {}
@@ -345,7 +359,7 @@ class _CrawlRun:
             retry_after: float | None = None
             try:
                 response = await self._send(url, host=host, headers=headers, media_types=media_types, progress=progress)
-            except AddressError as exc:
+            except (AddressError, HostBudgetError) as exc:
                 raise _Failed(str(exc)) from None
             except httpx.ConnectTimeout:
                 reason = f"connect timed out after {config.connect_timeout:g} s"
@@ -377,15 +391,9 @@ class _CrawlRun:
     ) -> _Response:
         """One attempt. A 2xx body is read (checked for type and size) before the slots are freed."""
         config = self._config
-        await self._pace(url)
-        host_slots = self._host_slots.get(host)
-        if host_slots is None:
-            host_slots = self._host_slots[host] = asyncio.Semaphore(config.per_host_concurrency)
-        # The host slot first: a request queued behind a busy host must not hold a global slot
-        # that a request to an idle host could use.
+        delay = await self._pace(url)
         async with (
-            host_slots,
-            self._global_slots,
+            self._slots(url, host=host, delay=delay),
             asyncio.timeout(config.total_timeout),
             self._client.stream("GET", url, headers=headers) as response,
         ):
@@ -421,20 +429,55 @@ class _CrawlRun:
                 raw_hash=digest.hexdigest(),
             )
 
-    async def _pace(self, url: httpx.URL) -> None:
-        """Wait for the origin's next request time when its robots.txt asks for a Crawl-delay."""
+    async def _pace(self, url: httpx.URL) -> float:
+        """Wait for the origin's next request time when its robots.txt asks for a Crawl-delay; that delay."""
         if not self._crawl_delays:
-            return
+            return 0.0
         origin = _origin(url)
         delay = self._crawl_delays.get(origin)
         if not delay:
-            return
+            return 0.0
         # One event loop and no await until the slot is booked: each request gets its own time.
         now = time.monotonic()
         start = max(now, self._next_request_at.get(origin, now))
         self._next_request_at[origin] = start + delay
         if start > now:
             await asyncio.sleep(start - now)
+        return delay
+
+    @contextlib.asynccontextmanager
+    async def _slots(self, url: httpx.URL, *, host: str, delay: float) -> AsyncIterator[None]:
+        """Hold a host slot of this crawl, one of the budget shared with other crawls, and a global slot.
+
+        In that order: a request queued behind a busy host must hold neither a shared slot another
+        crawl could use nor a global slot that a request to an idle host could use. Under a
+        Crawl-delay the host's turn, shared with other crawls, comes last and lasts the request.
+        """
+        host_slots = self._host_slots.get(host)
+        if host_slots is None:
+            host_slots = self._host_slots[host] = asyncio.Semaphore(self._config.per_host_concurrency)
+        budget = self._host_budget
+        shared_host = url.netloc.decode("ascii")  # host[:port], lower-cased, IDNA, no default port
+        shared = (
+            budget.slot(
+                shared_host,
+                concurrency=self._config.per_host_concurrency,
+                waiting=lambda: self._queued[shared_host],
+            )
+            if budget is not None
+            else contextlib.nullcontext()
+        )
+        turn = budget.turn(shared_host, delay=delay) if budget is not None and delay else contextlib.nullcontext()
+        self._queued[shared_host] += 1
+        try:
+            await host_slots.acquire()
+        finally:
+            self._queued[shared_host] -= 1
+        try:
+            async with shared, self._global_slots, turn:
+                yield
+        finally:
+            host_slots.release()
 
     async def _robots_allow(self, url: str, parts: httpx.URL) -> bool:
         origin = _origin(parts)

@@ -61,6 +61,7 @@ def build_resources(settings: Settings) -> Resources:
         "crawler": CrawlerResource(
             allow_private_networks=settings.crawler_allow_private_networks,
             allowed_networks=list(settings.allowed_networks),
+            locks=locks,
         ),
         "billing": BillingResource(
             app_db=app_db,

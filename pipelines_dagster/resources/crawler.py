@@ -1,5 +1,7 @@
 """The `crawler` resource: the crawl engine, configured per deployment, one set of extraction workers per run.
 
+Given the `locks` resource, its per-host concurrency and Crawl-delay hold across every run sharing that backend.
+
 The engine (and httpx with it) is imported when the resource starts, not with the code location
 that every run process loads.
 """
@@ -13,6 +15,7 @@ from pydantic import Field, PrivateAttr
 
 from pipelines_dagster.core.crawl_types import CrawlerConfig
 from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.resources.locks import LocksResource
 
 if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
@@ -41,6 +44,10 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
     allowed_networks: list[str] = Field(
         default_factory=list, description="Networks allowed despite the guard, e.g. 127.0.0.1/32."
     )
+    locks: LocksResource | None = Field(
+        default=None,
+        description="Where the per-host budget shared by all runs lives; without it each run keeps its own.",
+    )
 
     _crawler: Crawler | None = PrivateAttr(default=None)
 
@@ -64,8 +71,10 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
 
     def _build(self) -> Crawler:
         from pipelines_dagster.core.crawler import Crawler
+        from pipelines_dagster.core.host_budget import HostBudget
 
-        return Crawler(self.config())
+        budget = HostBudget(self.locks.locks) if self.locks is not None else None
+        return Crawler(self.config(), host_budget=budget)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._crawler = self._build()

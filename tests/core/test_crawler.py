@@ -24,7 +24,6 @@ from tests.support.web import (
     Request,
     StaticResolver,
     WebServer,
-    confine_to_loopback,
     html_document,
     page,
     redirect,
@@ -50,15 +49,7 @@ ARTICLE = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    confine_to_loopback(monkeypatch)
-
-
-@pytest.fixture
-def web() -> Iterator[WebServer]:
-    with WebServer() as server:
-        yield server
+pytestmark = pytest.mark.usefixtures("loopback_only")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,11 +42,12 @@ class Reply:
 
 @dataclass(frozen=True)
 class Request:
-    """A request the server received; header names are lower-cased."""
+    """A request the server received; header names are lower-cased, `received_at` is time.monotonic()."""
 
     method: str
     path: str
     headers: Mapping[str, str]
+    received_at: float = 0.0
 
 
 Handler = Callable[[Request], Reply]
@@ -177,6 +179,7 @@ class WebServer:
             method=handler.command,
             path=handler.path,
             headers={name.lower(): value for name, value in handler.headers.items()},
+            received_at=time.monotonic(),
         )
         with self._lock:
             self._requests.append(request)

@@ -61,7 +61,7 @@ def build_resources(settings: Settings) -> Resources:
         "crawler": CrawlerResource(
             allow_private_networks=settings.crawler_allow_private_networks,
             allowed_networks=list(settings.allowed_networks),
-            locks=locks,
+            locks=locks if settings.shares_host_budget else None,
         ),
         "billing": BillingResource(
             app_db=app_db,

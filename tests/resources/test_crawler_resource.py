@@ -64,11 +64,17 @@ def test_without_locks_no_shared_slot_is_taken(locks: LocksResource) -> None:
     assert slot_owners_seen_by_the_server(crawler_resource(), locks) == [None]
 
 
-def test_the_deployment_gives_the_crawler_its_locks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("PIPELINES_LOCKS", "PIPELINES_DATABASE_URL"):
+def test_the_deployment_shares_host_budgets_through_redis_locks_and_on_request(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str
+) -> None:
+    for name in ("PIPELINES_LOCKS", "PIPELINES_DATABASE_URL", "PIPELINES_CRAWLER_SHARED_HOST_BUDGET"):
         monkeypatch.delenv(name, raising=False)
-    resources = build_resources(load_settings(data_dir=tmp_path))
-    assert resources["crawler"].locks is resources["locks"]
+    with_redis = build_resources(load_settings(data_dir=tmp_path, locks=redis_url))
+    assert with_redis["crawler"].locks is with_redis["locks"]
+    embedded = build_resources(load_settings(data_dir=tmp_path))
+    assert embedded["crawler"].locks is None
+    chosen = build_resources(load_settings(data_dir=tmp_path, crawler_shared_host_budget=True))
+    assert chosen["crawler"].locks is chosen["locks"]
 
 
 def test_sqlite_lease_commits_skip_the_fsync(sqlite_engine: sa.Engine) -> None:

@@ -23,7 +23,13 @@ def every_route(client, workspace_id: int) -> list[tuple[str, str]]:
         for method in operations
     }
     assert declared >= PIPELINE_OPERATIONS
-    values = {"workspace_id": workspace_id, "pipeline_id": 1, "run_id": uuid.uuid4(), "trigger_id": 1}
+    values = {
+        "workspace_id": workspace_id,
+        "pipeline_id": 1,
+        "connector_id": 1,
+        "run_id": uuid.uuid4(),
+        "trigger_id": 1,
+    }
     return [(label.split(" ")[0], label.split(" ")[1].format(**values)) for label in sorted(declared)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -241,6 +242,9 @@ def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tm
     monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "true")
     monkeypatch.setenv("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "127.0.0.1/32")
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(2), credit=10_000)
+    # The code location reads its settings when imported: a copy another test imported in this
+    # process would carry that test's database. Imported afresh here, and the old one put back after.
+    monkeypatch.delitem(sys.modules, "pipelines_dagster.definitions", raising=False)
     job = ReconstructableJob(
         ReconstructableRepository.for_module("pipelines_dagster.definitions", "defs"), "pipeline_run"
     )

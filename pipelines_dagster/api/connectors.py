@@ -30,18 +30,10 @@ ConnectorId = Annotated[int, Path(ge=1, le=MAX_ID, description="A connector of t
 def create_connector(workspace_id: WorkspaceId, body: ConnectorCreate, api: Api) -> ConnectorOut:
     """Create a connector; with `index_every_minutes`, its own periodic indexing pipeline too."""
     site_in = body.site
+    # SiteIn's fields are site_for's bounds, by name; an empty list of dropped parameters drops none.
+    bounds = site_in.model_dump(exclude_defaults=True) if site_in else {}
     try:
-        site = site_for(
-            body.mode,
-            start_urls=site_in.start_urls if site_in else (),
-            max_depth=site_in.max_depth if site_in else None,
-            max_pages=site_in.max_pages if site_in else None,
-            include=site_in.include if site_in else (),
-            exclude=site_in.exclude if site_in else (),
-            subdomains=site_in.subdomains if site_in else False,
-            drop_query_params=site_in.drop_query_params if site_in and site_in.drop_query_params else None,
-            max_pages_cap=api.site_max_pages_cap,
-        )
+        site = site_for(body.mode, **bounds, max_pages_cap=api.site_max_pages_cap)
     except InvalidInputError as exc:
         # The site's bounds are fields of `site` in the body.
         field = exc.field if exc.field in {"mode", "site"} else f"site.{exc.field}"

@@ -39,6 +39,8 @@ class CrawlMetadata:
     """A site crawl's pages found by discovery (sitemaps and links); absent for a list crawl."""
     discovery_truncated: bool | None = None
     """A site crawl stopped discovering at max pages, so pages it did not find may still exist."""
+    pages_duplicate: int | None = None
+    """A site crawl's pages fetched but not stored, as copies of stored pages (redirects, rel=canonical)."""
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""

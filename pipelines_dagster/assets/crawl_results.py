@@ -124,6 +124,7 @@ def crawl_partition(
             previous_crawl_run_id=previous.run_id if previous else None,
             pages_discovered=report.pages_discovered,
             discovery_truncated=report.discovery_truncated if report.pages_discovered is not None else None,
+            pages_duplicate=report.pages_duplicate,
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))

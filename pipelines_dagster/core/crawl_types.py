@@ -7,7 +7,7 @@ importing httpx: every run process loads them with the code location, and not ev
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
@@ -120,8 +120,16 @@ def distinct(urls: Iterable[str]) -> Iterator[str]:
             yield url
 
 
-FetchBody = Callable[..., Awaitable[bytes | None]]
-"""`fetch_body(url, max_bytes=...)`: a body fetched through the crawl's guards, or None."""
+class CrawlAccess(Protocol):
+    """What a source may ask of the crawl before it starts, through the crawl's own guards."""
+
+    def fetch_body(self, url: str, *, max_bytes: int) -> Awaitable[bytes | None]:
+        """The body a 200 answers at `url` with, or None."""
+        ...
+
+    def robots_sitemaps(self, url: str) -> Awaitable[list[str]]:
+        """The Sitemap: lines of the robots.txt of `url`'s origin, read once per crawl."""
+        ...
 
 
 class UrlSource(Protocol):
@@ -132,18 +140,29 @@ class UrlSource(Protocol):
         """Whether extraction should read each page's links (site mode)."""
         ...
 
-    async def prepare(self, fetch_body: FetchBody) -> None:
+    async def prepare(self, access: CrawlAccess) -> None:
         """Before the first take, on the crawl's event loop (a site crawl reads its sitemaps)."""
 
     def take(self, n: int) -> list[str]:
         """Up to `n` URLs to start now; empty when there are none now."""
         ...
 
-    def done(self, outcome: CrawlOutcome) -> None:
-        """An outcome, as it completes and before it is yielded."""
+    def done(self, outcome: CrawlOutcome) -> list[tuple[str, CrawlOutcome]]:
+        """An outcome, as it completes: the outcomes to store now, each with the URL to store it under
+        (none for a page the crawl already has; a site crawl may hold one back, or release some)."""
+        ...
+
+    def finish(self) -> list[tuple[str, CrawlOutcome]]:
+        """When nothing is left to take or in flight: the outcomes still held back, to store now."""
+        ...
 
     def allows(self, url: str) -> bool:
         """Whether a redirect may lead to `url`."""
+        ...
+
+    def stored_key(self, url: str) -> str | None:
+        """The URL a page fetched from `url` is stored under, when the source stores pages under
+        their final URL (a site crawl); None when it stores them under the URL it handed out."""
         ...
 
     @property
@@ -156,6 +175,11 @@ class UrlSource(Protocol):
         """Discovery stopped at max pages (never for a list)."""
         ...
 
+    @property
+    def duplicates(self) -> int | None:
+        """Pages a site crawl fetched but did not store, having them under another URL; None for a list."""
+        ...
+
 
 class ListSource:
     """A fixed list of URLs, each crawled once, in order; redirects may lead anywhere the guards allow."""
@@ -163,18 +187,25 @@ class ListSource:
     wants_links = False
     discovered = None
     truncated = False
+    duplicates = None
 
     def __init__(self, urls: Iterable[str]) -> None:
         self._todo = distinct(urls)
 
-    async def prepare(self, fetch_body: FetchBody) -> None:
+    async def prepare(self, access: CrawlAccess) -> None:
         return None
 
     def take(self, n: int) -> list[str]:
         return list(itertools.islice(self._todo, n))
 
-    def done(self, outcome: CrawlOutcome) -> None:
-        return None
+    def done(self, outcome: CrawlOutcome) -> list[tuple[str, CrawlOutcome]]:
+        return [(outcome.url, outcome)]
+
+    def finish(self) -> list[tuple[str, CrawlOutcome]]:
+        return []
 
     def allows(self, url: str) -> bool:
         return True
+
+    def stored_key(self, url: str) -> str | None:
+        return None

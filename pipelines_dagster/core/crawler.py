@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -96,9 +96,15 @@ class Crawler:
             follow_redirects=False,  # each hop is checked by _CrawlRun before it is requested
         ) as client:
             run = _CrawlRun(
-                config, guard=guard, client=client, extract=self._extract, source=source, host_budget=self._host_budget
+                config,
+                guard=guard,
+                client=client,
+                extract=self._extract,
+                source=source,
+                previous=known,
+                host_budget=self._host_budget,
             )
-            await source.prepare(run.fetch_body)
+            await source.prepare(run)
             window = _WINDOW_PER_SLOT * config.global_concurrency
             pending: set[asyncio.Task[CrawlOutcome]] = set()
             # Tasks queue themselves here as they finish, so each outcome costs O(1) to collect.
@@ -113,12 +119,17 @@ class Crawler:
                         task.add_done_callback(finished.put_nowait)
                         pending.add(task)
                     if not pending:
-                        return
+                        # What the source held back is stored now; storing it may find more pages.
+                        leftover = source.finish()
+                        if not leftover:
+                            return
+                        for key, ready in leftover:
+                            yield _stored_as(key, ready)
+                        continue
                     task = await finished.get()
                     pending.discard(task)
-                    outcome = task.result()
-                    source.done(outcome)
-                    yield outcome
+                    for key, ready in source.done(task.result()):
+                        yield _stored_as(key, ready)
             finally:
                 for task in pending:
                     task.cancel()
@@ -186,6 +197,9 @@ class _Progress:
     final_url: str
     attempts: int = 0
     http_status: int | None = None
+    previous: PreviousFetch | None = None
+    """What the last crawl left of the page the requests are for: the URL's own, or (when a source
+    stores pages under their final URL) a redirect target's."""
 
 
 @dataclass(frozen=True)
@@ -209,10 +223,12 @@ class _CrawlRun:
         client: httpx.AsyncClient,
         extract: Callable[..., Awaitable[Extracted]],
         source: UrlSource,
+        previous: Mapping[str, PreviousFetch],
         host_budget: HostBudget | None = None,
     ) -> None:
         self._config = config
         self._source = source
+        self._previous = previous
         self._guard = guard
         self._client = client
         self._extract = extract
@@ -245,6 +261,7 @@ class _CrawlRun:
 
         try:
             response = await self._fetch(url, previous=previous, progress=progress, media_types=PAGE_TYPES)
+            previous = progress.previous
             etag = response.headers.get("etag")
             last_modified = response.headers.get("last-modified")
             if response.status == 304:
@@ -314,6 +331,7 @@ class _CrawlRun:
     ) -> _Response:
         """The final response for `url`, following redirects ourselves so every hop is checked."""
         current = _checked_url(url)
+        progress.previous = previous
         for _ in range(self._config.max_redirects + 1):
             progress.final_url = current
             target = httpx.URL(current)  # parsed once per hop: host slot, robots origin and request
@@ -328,7 +346,7 @@ class _CrawlRun:
             if obey_robots and self._config.obey_robots and not await self._robots_allow(current, target):
                 raise _Failed("disallowed by robots.txt")
             response = await self._request(
-                target, host=host, previous=previous, progress=progress, media_types=media_types
+                target, host=host, previous=progress.previous, progress=progress, media_types=media_types
             )
             if response.status not in REDIRECT_STATUSES:
                 return response
@@ -338,6 +356,10 @@ class _CrawlRun:
             current = _checked_url(urljoin(current, location))
             if not self._source.allows(current):
                 raise _Failed(f"redirected out of the crawl's scope, to {current}; not followed")
+            # A site crawl stores the page under the redirect's target: the next hop is conditional
+            # on what the last crawl stored there.
+            if progress.previous is None and (key := self._source.stored_key(current)) is not None:
+                progress.previous = self._previous.get(key)
         raise _Failed(f"too many redirects (more than {self._config.max_redirects})")
 
     async def _request(
@@ -479,7 +501,16 @@ class _CrawlRun:
         finally:
             host_slots.release()
 
+    async def robots_sitemaps(self, url: str) -> list[str]:
+        """The sitemaps the robots.txt of `url`'s origin names (read once per crawl, as for its rules)."""
+        rules = await self._robots_of(httpx.URL(url))
+        return list(rules.sitemaps) if rules is not None else []
+
     async def _robots_allow(self, url: str, parts: httpx.URL) -> bool:
+        rules = await self._robots_of(parts)
+        return rules is None or rules.can_fetch(url, self._config.user_agent)
+
+    async def _robots_of(self, parts: httpx.URL) -> Protego | None:
         origin = _origin(parts)
         if origin not in self._robots:
             # One robots.txt request per origin even when many of its URLs start together.
@@ -489,8 +520,7 @@ class _CrawlRun:
                     delay = rules.crawl_delay(self._config.user_agent) if rules is not None else None
                     if delay:
                         self._crawl_delays[origin] = min(float(delay), self._config.max_crawl_delay)
-        rules = self._robots[origin]
-        return rules is None or rules.can_fetch(url, self._config.user_agent)
+        return self._robots[origin]
 
     async def _load_robots(self, origin: str) -> Protego | None:
         """The origin's robots.txt rules, or None (allow all) when it has none or cannot be read."""
@@ -504,6 +534,11 @@ class _CrawlRun:
         if response.status != 200:
             return None
         return Protego.parse(response.body.decode("utf-8", errors="replace"))
+
+
+def _stored_as(key: str, outcome: CrawlOutcome) -> CrawlOutcome:
+    """`outcome` under the URL its source stores it as (a site crawl's page under its final URL)."""
+    return outcome if key == outcome.url else replace(outcome, url=key)
 
 
 def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:

@@ -24,7 +24,8 @@ from typing import BinaryIO, Self
 _DIGEST_SIZE = 8
 
 
-def _digest(url: str) -> int:
+def url_digest(url: str) -> int:
+    """A URL's identity in a seen set (see _DIGEST_SIZE)."""
     return int.from_bytes(hashlib.blake2b(url.encode(), digest_size=_DIGEST_SIZE).digest())
 
 
@@ -76,7 +77,7 @@ class Frontier:
         _at_least("depth", depth, 0)
         if self._closed:
             raise ValueError("the frontier is closed; adding to it would open a spool file nothing deletes")
-        key = _digest(url)
+        key = url_digest(url)
         if key in self._seen or depth > self.max_depth:
             return False
         if self.admitted >= self.max_pages:
@@ -89,6 +90,15 @@ class Frontier:
         else:
             self._memory.append((url, depth))
         return True
+
+    def has(self, url: str) -> bool:
+        """Whether `url` was admitted (or marked seen): adding it again would be refused."""
+        return url_digest(url) in self._seen
+
+    def mark_seen(self, url: str) -> None:
+        """Refuse `url` from now on without queueing it or spending the page budget on it: a page
+        the crawl already has under this URL (a redirect's target)."""
+        self._seen.add(url_digest(url))
 
     def pop_batch(self, n: int) -> list[tuple[str, int]]:
         """Up to `n` pending (url, depth), shallowest first; empty when none is left."""

@@ -45,10 +45,16 @@ def page_links(tree: HtmlElement, *, page_url: str) -> PageLinks:
     if _robots_nofollow(root):
         return PageLinks(links=[], canonical=canonical)
     links: dict[str, None] = {}
+    # A page repeats most of its hrefs (navigation in the header, the sidebar and the footer):
+    # each is resolved once.
+    resolved: set[str] = set()
     for anchor in root.iter(*_LINK_TAGS):
         href = anchor.get("href")
-        if href is None or anchor.get("download") is not None or "nofollow" in _tokens(anchor.get("rel")):
+        if href is None or href in resolved:
             continue
+        if anchor.get("download") is not None or "nofollow" in _tokens(anchor.get("rel")):
+            continue
+        resolved.add(href)
         if (url := absolute_url(href, base=base)) is not None:
             links.setdefault(url)
     return PageLinks(links=list(links), canonical=canonical)

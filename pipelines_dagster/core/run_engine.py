@@ -136,6 +136,8 @@ class CrawlReport:
     """A site crawl's pages admitted by discovery; None for a list crawl."""
     discovery_truncated: bool = False
     """A site crawl stopped discovering at max pages: its absences say nothing about the site."""
+    pages_duplicate: int | None = None
+    """A site crawl's pages fetched but not stored: redirects to, and canonical copies of, stored pages."""
 
     def count(self, record: CrawlRecord) -> None:
         self.attempted += 1
@@ -338,7 +340,7 @@ def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack) -> UrlSourc
         stored = previous.stored(url)
         return stored.links if stored is not None else []
 
-    return SiteSource(plan.site, frontier, stored_links=stored_links)
+    return SiteSource[CrawlOutcome](plan.site, frontier, stored_links=stored_links)
 
 
 def execute_crawl(
@@ -434,5 +436,6 @@ def execute_crawl(
         report.newly_charged = charge.newly_charged
         report.lock_lost = pipeline_lock.lost.is_set() or connector_lock.lost.is_set()
         report.pages_discovered, report.discovery_truncated = source.discovered, source.truncated
+        report.pages_duplicate = source.duplicates
     report.duration_seconds = time.monotonic() - started
     return report

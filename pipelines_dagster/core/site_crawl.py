@@ -11,13 +11,13 @@ crawl stored. The crawler still applies the SSRF guard and robots.txt to every U
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
-from urllib.parse import urlsplit
+from typing import Generic, Protocol, TypeVar
 
-from pipelines_dagster.core.frontier import Frontier
+from pipelines_dagster.core.crawl_types import CrawlAccess
+from pipelines_dagster.core.frontier import Frontier, url_digest
 from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.core.urls import Scope, normalize_url
 
@@ -26,7 +26,8 @@ SITEMAP_DEPTH = 1
 # Sitemaps read per crawl (an index and its children), and the bytes of one, decompressed.
 MAX_SITEMAPS = 50
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024
-ROBOTS_MAX_BYTES = 512 * 1024
+# Pages held back until their rel=canonical's crawl ends, so the two can be compared.
+MAX_WAITING = 100
 
 
 class CrawledPage(Protocol):
@@ -35,6 +36,8 @@ class CrawledPage(Protocol):
     @property
     def url(self) -> str: ...
     @property
+    def final_url(self) -> str: ...
+    @property
     def status(self) -> str: ...
     @property
     def unchanged(self) -> bool: ...
@@ -42,6 +45,11 @@ class CrawledPage(Protocol):
     def links(self) -> Sequence[str]: ...
     @property
     def canonical(self) -> str | None: ...
+    @property
+    def content_hash(self) -> str | None: ...
+
+
+P = TypeVar("P", bound=CrawledPage)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,21 +57,29 @@ class Discovered:
     """A page's contribution to discovery, for callers without a crawl outcome (tests, tools)."""
 
     url: str
+    final_url: str = ""
     status: str = "success"
     unchanged: bool = False
     links: Sequence[str] = ()
     canonical: str | None = None
+    content_hash: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.final_url:
+            object.__setattr__(self, "final_url", self.url)
 
 
-class Fetcher(Protocol):
-    """The crawl's own fetching, through its SSRF guard, robots.txt and body caps."""
-
-    def __call__(self, url: str, *, max_bytes: int) -> Awaitable[bytes | None]: ...
-
-
-class SiteSource:
+class SiteSource(Generic[P]):
     """The URLs of a site crawl, handed out in breadth-first order as the crawl asks for them: the
-    crawler's `UrlSource` in site mode."""
+    crawler's `UrlSource` in site mode.
+
+    Each page is stored once, under its normalized final URL: a page reached again (through a
+    redirect, or linked under its final URL as well) is a duplicate, not stored again. A page whose
+    `rel=canonical` names another page in scope is dropped as a duplicate when that page's text is
+    the same; when it differs the canonical is taken for a mistake and both are stored, so a site
+    that declares one canonical for every page loses none of them. Until its canonical's crawl
+    ends, such a page waits here (at most MAX_WAITING of them; past that they are stored at once).
+    """
 
     wants_links = True
 
@@ -78,10 +94,18 @@ class SiteSource:
         self.scope = Scope.of(config)
         self.out_of_scope = 0
         """Discovered URLs refused for scope (another host, an excluded path, not http(s))."""
+        self.duplicates = 0
+        """Pages fetched but not stored: another URL of the crawl already had them."""
         self.sitemaps_read = 0
         self._frontier = frontier
         self._stored_links = stored_links
         self._in_flight: dict[str, int] = {}
+        # Digests of the URLs whose crawl has ended, and of the pages stored, with their text's hash.
+        self._ended: set[int] = set()
+        self._stored: dict[int, str | None] = {}
+        # Pages waiting for their canonical's crawl to end, with their depth, by the canonical's digest.
+        self._waiting: dict[int, list[tuple[P, int]]] = {}
+        self._waiting_count = 0
         for url in config.start_urls:
             self._admit(url, 0)
 
@@ -94,28 +118,24 @@ class SiteSource:
     def discovered(self) -> int:
         return self._frontier.admitted
 
-    async def prepare(self, fetch_body: Fetcher) -> None:
+    async def prepare(self, access: CrawlAccess) -> None:
         """Read the site's sitemaps (those robots.txt names, and /sitemap.xml) and admit their pages.
 
         Only sitemaps on the site's own hosts are fetched: nothing off the site is requested. A
         sitemap that cannot be fetched or read is skipped; links still find the pages.
         """
-        from protego import Protego
-
         from pipelines_dagster.core.sitemaps import SitemapError, parse_sitemap, sitemap_candidates
 
         todo: list[str] = []
         for start in self.config.start_urls:
-            robots = await fetch_body(_robots_url(start), max_bytes=ROBOTS_MAX_BYTES)
-            named = Protego.parse(robots.decode("utf-8", "replace")).sitemaps if robots else ()
-            todo += sitemap_candidates(start, named)
+            todo += sitemap_candidates(start, await access.robots_sitemaps(start))
         seen: set[str] = set()
         while todo and self.sitemaps_read < MAX_SITEMAPS:
             url = todo.pop(0)
             if url in seen or not self.scope.on_site(url):
                 continue
             seen.add(url)
-            body = await fetch_body(url, max_bytes=MAX_SITEMAP_BYTES)
+            body = await access.fetch_body(url, max_bytes=MAX_SITEMAP_BYTES)
             if body is None:
                 continue
             # Off the event loop: a large sitemap is seconds of parsing.
@@ -136,10 +156,14 @@ class SiteSource:
 
     def take(self, n: int) -> list[str]:
         """Up to `n` URLs to fetch next, shallowest first; empty when none is waiting now (pages in
-        flight may still add more)."""
-        batch = self._frontier.pop_batch(n)
-        self._in_flight.update(batch)
-        return [url for url, _ in batch]
+        flight may still add more). A URL whose page the crawl already stored is skipped."""
+        while True:
+            batch = self._frontier.pop_batch(n)
+            fresh = [(url, depth) for url, depth in batch if url_digest(url) not in self._stored]
+            if fresh or not batch:
+                break
+        self._in_flight.update(fresh)
+        return [url for url, _ in fresh]
 
     @property
     def in_flight(self) -> int:
@@ -149,25 +173,104 @@ class SiteSource:
         """Whether a redirect may lead to `url`: only inside the crawl's scope."""
         return self.scope.allows(url)
 
-    def done(self, page: CrawledPage) -> None:
-        """A taken URL's crawl ended: admit what its page links to, one level deeper."""
+    def done(self, page: P) -> list[tuple[str, P]]:
+        """A taken URL's crawl ended: admit what its page links to, one level deeper, and say what to
+        store now, each as (the URL to store it under, the page): none for a duplicate, or a page
+        waiting for its canonical; more than one when pages waited for this one."""
         depth = self._in_flight.pop(page.url, 0)
-        if page.status != "success" or depth >= self.config.max_depth:
+        self._ended.add(url_digest(page.url))
+        if page.status != "success":
+            return [(page.url, page), *self._release(page.url, None)]
+        key = self._key(page)
+        if url_digest(key) in self._stored:
+            self.duplicates += 1
+            return []
+        canonical = self._normalized(page.canonical)
+        if canonical is not None and canonical != key and self.scope.allows(canonical):
+            wait = self._compare_with(canonical, page, depth)
+            if wait is None:
+                self.duplicates += 1
+            if wait is not False:
+                return []
+        self._store(key, page, depth)
+        ready = [(key, page), *self._release(key, page.content_hash)]
+        return ready + self._release(page.url, page.content_hash) if page.url != key else ready
+
+    def finish(self) -> list[tuple[str, P]]:
+        """The pages still waiting when the crawl has nothing left: their canonical never ended in a
+        page to compare with, so each is stored under its own URL."""
+        waiting = [entry for entries in self._waiting.values() for entry in entries]
+        self._waiting.clear()
+        self._waiting_count = 0
+        return self._stored_now(waiting, None)
+
+    def _compare_with(self, canonical: str, page: P, depth: int) -> bool | None:
+        """Whether `page` (at `depth`) waits for its canonical (True), is its duplicate (None), or is
+        stored now (False: the canonical has other text, ended without a page, or cannot be waited for)."""
+        digest = url_digest(canonical)
+        if digest in self._stored:
+            return None if self._stored[digest] == page.content_hash else False
+        if digest in self._ended or self._waiting_count >= MAX_WAITING:
+            return False
+        if not self._frontier.has(canonical) and not self._admit(canonical, depth + 1):
+            return False
+        self._waiting.setdefault(digest, []).append((page, depth))
+        self._waiting_count += 1
+        return True
+
+    def stored_key(self, url: str) -> str | None:
+        """The URL a page fetched from `url` (as its final URL) is stored under."""
+        return self._normalized(url)
+
+    def _key(self, page: P) -> str:
+        """The URL a page is stored under: its final URL, normalized as discovery normalizes links."""
+        return self._normalized(page.final_url) or page.url
+
+    def _store(self, key: str, page: P, depth: int) -> None:
+        digest = url_digest(key)
+        self._stored[digest] = page.content_hash
+        self._ended.add(digest)
+        # Not fetched again when linked later: the crawl has the page under this URL.
+        self._frontier.mark_seen(key)
+        if depth >= self.config.max_depth:
             return
-        links = self._stored_links(page.url) if page.unchanged else page.links
-        for link in (page.canonical, *links) if page.canonical else links:
+        for link in self._stored_links(page.url) if page.unchanged else page.links:
             self._admit(link, depth + 1)
 
-    def _admit(self, url: str, depth: int) -> bool:
-        normalized = normalize_url(
+    def _release(self, url: str, content_hash: str | None) -> list[tuple[str, P]]:
+        """The pages that waited for `url`, now that its crawl ended with `content_hash` (None:
+        without a page)."""
+        waiting = self._waiting.pop(url_digest(url), [])
+        self._waiting_count -= len(waiting)
+        return self._stored_now(waiting, content_hash)
+
+    def _stored_now(self, waiting: list[tuple[P, int]], content_hash: str | None) -> list[tuple[str, P]]:
+        """Pages done waiting for a canonical that ended with `content_hash`: those with the same
+        text are its duplicates, the others are stored."""
+        ready: list[tuple[str, P]] = []
+        for page, depth in waiting:
+            key = self._key(page)
+            if (content_hash is not None and page.content_hash == content_hash) or url_digest(key) in self._stored:
+                self.duplicates += 1
+                continue
+            self._store(key, page, depth)
+            ready.append((key, page))
+        return ready
+
+    def _normalized(self, url: str | None) -> str | None:
+        if url is None:
+            return None
+        return normalize_url(
             url, drop_query_params=self.config.drop_query_params, drop_all_query=self.config.drop_all_query
         )
+
+    def _admit(self, url: str, depth: int) -> bool:
+        # Most links of a page are links every page has (navigation): one already admitted is in
+        # its normalized form, so it is refused before it is normalized again.
+        if self._frontier.has(url):
+            return False
+        normalized = self._normalized(url)
         if normalized is None or not self.scope.allows(normalized):
             self.out_of_scope += 1
             return False
         return self._frontier.add(normalized, depth)
-
-
-def _robots_url(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}/robots.txt"

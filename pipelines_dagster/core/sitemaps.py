@@ -6,9 +6,11 @@ untrusted XML: no DTD is loaded, no entity is expanded, nothing is fetched.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import gzip
 import io
+import itertools
 import re
 import zlib
 from collections.abc import Iterable, Iterator
@@ -20,11 +22,15 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from pipelines_dagster.core.urls import absolute_url, normalize_url
+from pipelines_dagster.core.validation import MAX_URL_LENGTH
 
 SITEMAP_PATH = "/sitemap.xml"
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK_BYTES = 64 * 1024
 _XML_WHITESPACE = b" \t\r\n"
+# A line of a plain-text sitemap that is a page: the protocol asks for full URLs.
+_ABSOLUTE_LINE = re.compile(r"^https?://", re.IGNORECASE)
+_MAX_LINE_BYTES = 3 * MAX_URL_LENGTH
 # A sitemap's root, and its entries: pages in a <urlset>, child sitemaps in a <sitemapindex>; in
 # any namespace or none.
 _SITEMAP_TAGS = ("{*}urlset", "{*}sitemapindex", "{*}url", "{*}sitemap")
@@ -62,14 +68,28 @@ class Sitemap:
 
 
 def parse_sitemap(body: bytes, *, base_url: str, max_urls: int, max_bytes: int) -> Sitemap:
-    """The entries of the sitemap `body` fetched from `base_url`, gzip-compressed or not.
+    """The entries of the sitemap `body` fetched from `base_url`, gzip-compressed or not: XML, or
+    the plain-text form (one URL a line) when it does not start with `<`.
 
-    At most `max_urls` entries and `max_bytes` of (decompressed) XML are read. Each <loc> is
+    At most `max_urls` entries and `max_bytes` of (decompressed) XML or text are read. Each <loc> is
     resolved against `base_url` and normalized; one that is not an http(s) URL is skipped, as is
     a <lastmod> that is not a W3C datetime (the entry is kept without it). Raises SitemapError for
     a body that is not gzip where its magic bytes say so, not well-formed XML, not a <urlset> or
-    <sitemapindex>, or that declares a DTD.
+    <sitemapindex>, that declares a DTD, or text with no URL in it.
     """
+    chunks = _document(body, base_url=base_url)
+    first = next(chunks, b"")
+    # XML starts with its first tag, after a byte-order mark perhaps (UTF-16 has zero bytes in it).
+    if first and not first.removeprefix(codecs.BOM_UTF8).lstrip(_XML_WHITESPACE).startswith(
+        (b"<", b"\xff\xfe", b"\xfe\xff")
+    ):
+        return _text_sitemap(
+            itertools.chain([first], chunks), base_url=base_url, max_urls=max_urls, max_bytes=max_bytes
+        )
+    return _xml_sitemap(itertools.chain([first], chunks), base_url=base_url, max_urls=max_urls, max_bytes=max_bytes)
+
+
+def _xml_sitemap(chunks: Iterator[bytes], *, base_url: str, max_urls: int, max_bytes: int) -> Sitemap:
     # Events for the root and its entries alone: an entry's <loc> and <lastmod> are read from it
     # when it ends, and the elements between make no event, nor any Python object.
     parser = etree.XMLPullParser(
@@ -87,7 +107,7 @@ def parse_sitemap(body: bytes, *, base_url: str, max_urls: int, max_bytes: int) 
     layout: _Layout | None = None
     depth = read = 0
     try:
-        for chunk in _document(body, base_url=base_url):
+        for chunk in chunks:
             parser.feed(chunk[: max_bytes - read])
             read += len(chunk)
             # Start and end events carry elements; lxml's type hints do not tell the kinds of event apart.
@@ -128,6 +148,41 @@ def parse_sitemap(body: bytes, *, base_url: str, max_urls: int, max_bytes: int) 
     if layout is None:
         raise _not_a_sitemap(root, base_url=base_url)
     return Sitemap(urls=urls, sitemaps=sitemaps, truncated=False)
+
+
+def _text_sitemap(chunks: Iterator[bytes], *, base_url: str, max_urls: int, max_bytes: int) -> Sitemap:
+    """A plain-text sitemap: one absolute http(s) URL a line (UTF-8); other lines are skipped."""
+    urls: list[SitemapUrl] = []
+    truncated = False
+    for line in _text_lines(chunks, max_bytes=max_bytes):
+        if line is None:
+            truncated = True
+            break
+        text = line.decode("utf-8", "replace").strip().removeprefix("\ufeff")
+        if not _ABSOLUTE_LINE.match(text) or (loc := normalize_url(text)) is None:
+            continue
+        if len(urls) == max_urls:
+            return Sitemap(urls=urls, sitemaps=[], truncated=True)
+        urls.append(SitemapUrl(loc=loc))
+    if not urls:
+        raise SitemapError(f"sitemap {base_url} is not a sitemap: neither XML nor a text file of URLs")
+    return Sitemap(urls=urls, sitemaps=[], truncated=truncated)
+
+
+def _text_lines(chunks: Iterator[bytes], *, max_bytes: int) -> Iterator[bytes | None]:
+    """The lines of at most `max_bytes` of text; a last None says the text went on (the line cut
+    there is not yielded). A line longer than any URL is kept only to its first bytes, so a body
+    without newlines costs no more than its length."""
+    read, rest = 0, b""
+    for chunk in chunks:
+        *complete, rest = (rest + chunk[: max_bytes - read]).split(b"\n")
+        rest = rest[: _MAX_LINE_BYTES + 1]
+        read += len(chunk)
+        yield from complete
+        if read > max_bytes:
+            yield None
+            return
+    yield rest
 
 
 def sitemap_candidates(start_url: str, robots_sitemaps: Iterable[str]) -> list[str]:

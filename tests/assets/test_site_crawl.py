@@ -8,6 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from pipelines_dagster.agent_tools import build_page_change_tools
+from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.core.crawl_record import read_crawl
 from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.crawl_metadata import CrawlMetadata
@@ -21,9 +25,10 @@ def links(*hrefs: str) -> str:
     return "".join(f'<p>See <a href="{href}">{href}</a> for more.</p>' for href in hrefs)
 
 
-def linked_page(title: str, *hrefs: str) -> Reply:
+def linked_page(title: str, *hrefs: str, canonical: str | None = None) -> Reply:
+    head = f'<link rel="canonical" href="{canonical}">' if canonical else ""
     body = (
-        f"<!DOCTYPE html><html><head><title>{title}</title></head><body><article><h1>{title}</h1>"
+        f"<!DOCTYPE html><html><head><title>{title}</title>{head}</head><body><article><h1>{title}</h1>"
         f"<p>What {title} is about, in a paragraph long enough to keep.</p>{links(*hrefs)}</article></body></html>"
     )
     return Reply(body=body)
@@ -64,6 +69,7 @@ def build_site(web: WebServer, elsewhere: WebServer) -> str:
             "Home",
             "/docs/a",
             "/guide",
+            "/guide/print",
             "/old",
             "/private/x",
             "/leaves",
@@ -74,6 +80,8 @@ def build_site(web: WebServer, elsewhere: WebServer) -> str:
     )
     web.route("/guide", linked_page("Guide", "/guide/deep", "/"))
     web.route("/guide/deep", linked_page("Deep", "/guide", "/guide#top"))
+    # The same text as /guide, which it names as canonical: a copy, not stored.
+    web.route("/guide/print", linked_page("Guide", "/guide/deep", "/", canonical="/guide"))
     web.route("/old", redirect("/guide/new"))
     web.route("/guide/new", linked_page("New guide"))
     web.route("/leaves", redirect(f"{off}/landing"))
@@ -98,17 +106,20 @@ def test_a_site_crawl_stores_exactly_the_pages_in_scope_and_requests_nothing_off
     records = {
         record.url.removeprefix(embedded.web.base_url): record for record in read_crawl(embedded.blob, crawl.blob_key)
     }
-    assert set(records) == {"/", "/docs/a", "/docs/b", "/guide", "/guide/deep", "/old", "/leaves"}
-    assert records["/old"].final_url == embedded.web.url("/guide/new") and records["/old"].status == "success"
+    # The redirected page under its final URL, the canonical copy not at all.
+    assert set(records) == {"/", "/docs/a", "/docs/b", "/guide", "/guide/deep", "/guide/new", "/leaves"}
+    assert records["/guide/new"].final_url == embedded.web.url("/guide/new") and records["/guide/new"].succeeded
     assert records["/leaves"].status == "failed" and "out of the crawl's scope" in (records["/leaves"].error or "")
-    assert (crawl.pages_discovered, crawl.discovery_truncated) == (7, False)
+    assert (crawl.pages_discovered, crawl.discovery_truncated, crawl.pages_duplicate) == (8, False, 1)
     # Nothing off the site, nothing excluded, each page once.
     assert elsewhere.requests == []
     assert embedded.web.hits("/private/x") == 0
     assert embedded.web.hits("/sitemap_index.xml") == embedded.web.hits("/sitemap-docs.xml.gz") == 1
+    # robots.txt once, for its rules and its Sitemap: lines alike.
+    assert embedded.web.hits("/robots.txt") == 1
     pages = [r.path for r in embedded.web.requests if not r.path.startswith(("/robots.txt", "/sitemap"))]
     assert sorted(pages) == sorted(
-        ["/", "/docs/a", "/docs/b", "/guide", "/guide/deep", "/old", "/guide/new", "/leaves"]
+        ["/", "/docs/a", "/docs/b", "/guide", "/guide/deep", "/guide/print", "/old", "/guide/new", "/leaves"]
     )
     ready = {document.title for document in embedded.documents(workspace_id) if document.status_state == "ready"}
     assert ready == {"Home", "Doc A", "Doc B", "Guide", "Deep", "New guide"}
@@ -121,7 +132,7 @@ def test_a_re_crawl_of_an_unchanged_site_still_finds_every_page(embedded: Stack,
     second = CrawlMetadata.read(materialization(embedded.run(pipeline_id, workspace_id), "crawl_results"))
     # The pages are not parsed again (the same bytes): their links come from the first crawl's records.
     assert second.urls_unchanged == second.urls_succeeded == first.urls_succeeded
-    assert second.pages_discovered == first.pages_discovered == 7
+    assert second.pages_discovered == first.pages_discovered == 8
 
 
 def test_a_crawl_stopped_at_max_pages_says_so(embedded: Stack, elsewhere: WebServer):
@@ -141,3 +152,29 @@ def test_the_credit_check_asks_for_max_pages_before_any_request(embedded: Stack,
     refused = embedded.run(pipeline_id, workspace_id)
     assert not refused.success
     assert embedded.web.requests == []
+
+
+def test_page_changes_and_the_chat_tool_follow_the_pages_discovery_finds(embedded: Stack):
+    web = embedded.web
+    web.route("/", linked_page("Home", "/a", "/b"))
+    web.route("/a", linked_page("A"))
+    web.route("/b", linked_page("B"))
+    workspace_id, pipeline_id = embedded.pipeline([], site=SiteConfig.validated(start_urls=[web.url("/")]))
+    assets = [crawl_results, kb_documents, page_changes]
+    assert embedded.run(pipeline_id, workspace_id, assets=assets).success
+    # The site changes: /a is rewritten, /b is no longer linked, /c is new.
+    web.route("/", linked_page("Home", "/a", "/c"))
+    web.route("/a", linked_page("A", "/"))
+    web.route("/c", linked_page("C"))
+    second = embedded.run(pipeline_id, workspace_id, assets=assets)
+    assert second.success
+
+    [tool] = build_page_change_tools(workspace_id=workspace_id, sessions=embedded.sessions)
+    latest = {}
+    for line in reversed(tool(limit=100).splitlines()):  # oldest first: the last word on each URL wins
+        _, status, url, *_ = line.split(" • ")
+        latest[url.removeprefix(web.base_url)] = status
+    assert latest == {"/": "changed", "/a": "changed", "/b": "removed", "/c": "new"}
+    assert tool(status="removed").split(" • ")[2] == web.url("/b")
+    archived = {d.url: d.archived_by_run_id for d in embedded.documents(workspace_id) if d.archived_at is not None}
+    assert archived == {web.url("/b"): second.run_id}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import pytest
+
 from pipelines_dagster.core.frontier import Frontier
 from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.core.site_crawl import Discovered, SiteSource
@@ -90,17 +92,94 @@ def test_an_unchanged_page_is_expanded_from_the_links_the_previous_crawl_stored(
         assert source.take(10) == [f"{SITE}/kept"]
 
 
-def test_a_failed_page_adds_nothing_and_a_canonical_url_is_admitted_like_a_link():
+def test_a_failed_page_adds_nothing_and_is_stored_under_its_own_url():
     with Frontier(max_pages=100, max_depth=5) as frontier:
         source = source_for(frontier)
         [root] = source.take(10)
-        source.done(Discovered(url=root, status="failed", links=[f"{SITE}/never"]))
+        failed = Discovered(url=root, final_url=f"{SITE}/moved", status="failed", links=[f"{SITE}/never"])
+        assert source.done(failed) == [(root, failed)]
         assert source.take(10) == []
+
+
+def test_a_redirected_page_is_stored_once_under_its_final_url():
     with Frontier(max_pages=100, max_depth=5) as frontier:
         source = source_for(frontier)
         [root] = source.take(10)
-        source.done(Discovered(url=root, canonical=f"{SITE}/home", links=[f"{SITE}/a"]))
-        assert source.take(10) == [f"{SITE}/home", f"{SITE}/a"]
+        source.done(Discovered(url=root, links=[f"{SITE}/old", f"{SITE}/new", f"{SITE}/other"]))
+        assert source.take(1) == [f"{SITE}/old"]
+        moved = Discovered(url=f"{SITE}/old", final_url=f"{SITE}/new#top", content_hash="n")
+        assert source.done(moved) == [(f"{SITE}/new", moved)]
+        # /new is linked too, but the crawl has its page: it is not fetched again.
+        assert source.take(10) == [f"{SITE}/other"]
+        # A request already in flight to a page stored meanwhile ends as a duplicate.
+        source.done(Discovered(url=f"{SITE}/other", links=[f"{SITE}/new"]))
+        assert source.take(10) == []
+        assert source.done(Discovered(url=f"{SITE}/x", final_url=f"{SITE}/new")) == []
+        assert source.duplicates == 1
+
+
+def test_a_page_with_the_text_of_its_canonical_is_a_duplicate():
+    with Frontier(max_pages=100, max_depth=5) as frontier:
+        source = source_for(frontier, max_depth=5)
+        [root] = source.take(10)
+        source.done(Discovered(url=root, links=[f"{SITE}/print?page=a"]))
+        [variant] = source.take(10)
+        copy = Discovered(url=variant, canonical=f"{SITE}/a", content_hash="a", links=[f"{SITE}/from-copy"])
+        assert source.done(copy) == []  # held back until /a is crawled
+        assert source.take(10) == [f"{SITE}/a"]  # the canonical is fetched
+        page = Discovered(url=f"{SITE}/a", content_hash="a", links=[f"{SITE}/b"])
+        assert source.done(page) == [(f"{SITE}/a", page)]
+        assert source.take(10) == [f"{SITE}/b"]  # the copy's links are not followed
+        assert source.duplicates == 1
+        # A copy met after its canonical was stored is dropped at once.
+        source.done(Discovered(url=f"{SITE}/b", links=[f"{SITE}/a?ref=1"]))
+        [again] = source.take(10)
+        assert source.done(Discovered(url=again, canonical=f"{SITE}/a", content_hash="a")) == []
+        assert source.duplicates == 2
+
+
+def test_a_canonical_with_other_text_is_a_mistake_and_both_pages_are_stored():
+    """A site whose every page names the home page as canonical loses none of them."""
+    with Frontier(max_pages=100, max_depth=5) as frontier:
+        source = source_for(frontier)
+        [root] = source.take(10)
+        home = Discovered(url=root, content_hash="home", links=[f"{SITE}/a"])
+        assert source.done(home) == [(root, home)]
+        [a] = source.take(10)
+        page = Discovered(url=a, canonical=f"{SITE}/", content_hash="a", links=[f"{SITE}/b"])
+        assert source.done(page) == [(a, page)]
+        assert source.take(10) == [f"{SITE}/b"]
+        # Held back for a canonical not crawled yet, then stored when it turns out different, or
+        # failed, and its links followed.
+        b = Discovered(url=f"{SITE}/b", canonical=f"{SITE}/c", content_hash="b", links=[f"{SITE}/d"])
+        assert source.done(b) == []
+        assert source.take(10) == [f"{SITE}/c"]
+        c = Discovered(url=f"{SITE}/c", status="failed")
+        assert source.done(c) == [(f"{SITE}/c", c), (f"{SITE}/b", b)]
+        assert source.take(10) == [f"{SITE}/d"]
+        assert source.duplicates == 0
+
+
+def test_pages_still_held_back_when_the_crawl_runs_out_are_stored_by_finish():
+    with Frontier(max_pages=100, max_depth=5) as frontier:
+        source = source_for(frontier)
+        [root] = source.take(10)
+        page = Discovered(url=root, canonical=f"{SITE}/elsewhere", content_hash="r", links=[f"{SITE}/a"])
+        assert source.done(page) == []
+        assert source.take(10) == [f"{SITE}/elsewhere"]
+        assert source.finish() == [(root, page)]
+        assert source.take(10) == [f"{SITE}/a"]
+        assert source.finish() == []
+
+
+@pytest.mark.parametrize("canonical", ["https://mirror.example.org/", f"{SITE}/private/x"])
+def test_a_canonical_out_of_scope_is_ignored(canonical):
+    with Frontier(max_pages=100, max_depth=5) as frontier:
+        source = source_for(frontier, exclude=["/private/**"])
+        [root] = source.take(10)
+        page = Discovered(url=root, canonical=canonical, content_hash="r")
+        assert source.done(page) == [(root, page)]
+        assert source.take(10) == []
 
 
 def test_sitemap_pages_are_one_level_down_and_scoped():

@@ -3,6 +3,7 @@ URL and byte caps, flat memory for a 50,000-URL sitemap, and where a crawl looks
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import gzip
 import time
@@ -154,7 +155,7 @@ def test_lastmod_forms(text, expected):
         (b"  \n ", "is empty"),
         (b"<urlset><url><loc>https://e.com/</loc></urlset>", "is not well-formed XML: Opening and ending tag mismatch"),
         (b"<urlset><url><loc>https://e.com/</loc></url>", "is not well-formed XML"),
-        (b"https://www.example.com/a\nhttps://www.example.com/b\n", "is not well-formed XML"),
+        (b"Not found\n", "is not a sitemap: neither XML nor a text file of URLs"),
         (b"<!doctype html><html><body>Not found</body></html>", "is not well-formed XML"),
         (b"<html><body><p>Not found</p></body></html>", "its root element is <html>, not <urlset> or <sitemapindex>"),
         (b"<feed><url><loc>https://e.com/</loc></url></feed>", "its root element is <feed>, not <urlset>"),
@@ -166,6 +167,39 @@ def test_a_malformed_document_raises_a_sitemap_error_that_names_it(body, message
     with pytest.raises(SitemapError, match=message) as raised:
         parse(body)
     assert str(raised.value).startswith(f"sitemap {BASE} ")
+
+
+def test_a_text_sitemap_lists_one_url_a_line_gzipped_or_not():
+    body = (
+        "\ufeffhttps://www.example.com/a\r\n\n  HTTPS://WWW.EXAMPLE.COM:443/b/./c#x  \n"
+        "/relative/is/not/a/full/url\nmailto:someone@example.com\nhttps://www.example.com/last"
+    ).encode()
+    expected = ["https://www.example.com/a", "https://www.example.com/b/c", "https://www.example.com/last"]
+    for data in (body, gzip.compress(body)):
+        sitemap = parse(data)
+        assert [url.loc for url in sitemap.urls] == expected
+        assert sitemap.sitemaps == [] and not sitemap.truncated
+
+
+def test_an_xml_sitemap_after_a_byte_order_mark_is_read_as_xml():
+    assert parse(codecs.BOM_UTF8 + URLSET.encode()) == parse(URLSET)
+    assert parse(URLSET.replace('encoding="UTF-8"', 'encoding="UTF-16"').encode("utf-16")) == parse(URLSET)
+
+
+def test_a_text_sitemap_keeps_to_max_urls_and_max_bytes():
+    lines = [f"https://www.example.com/p{n}" for n in range(100)]
+    body = "\n".join(lines).encode()
+    capped = parse(body, max_urls=10)
+    assert [url.loc for url in capped.urls] == lines[:10] and capped.truncated
+    cut = parse(body, max_bytes=len(body) // 2)
+    assert cut.truncated and 0 < len(cut.urls) < 100
+    assert [url.loc for url in cut.urls] == lines[: len(cut.urls)]
+    # A line without an end never builds up past a URL's length: 20 MiB without a newline is read in
+    # about the time of its length, and yields nothing.
+    started = time.monotonic()
+    with pytest.raises(SitemapError, match="neither XML nor a text file of URLs"):
+        parse(b"https://www.example.com/" + b"a" * (20 * MIB))
+    assert time.monotonic() - started < 5
 
 
 BILLION_LAUGHS = (

@@ -725,9 +725,33 @@ class DocsSite:
         page.add(self.bottom)
         return "".join(page.parts).encode("utf-8")
 
+    def home(self, rng: random.Random) -> bytes:
+        """The site's index page at /: the same chrome, a welcome, and each section's first pages.
+
+        A site crawl starts here; the rest of the site is two links away (a section's first page,
+        then the section's pages in its sidebar), as on a real docs site.
+        """
+        page = _DocsPage(rng, 0, self.pages)
+        sections = "".join(
+            f"<li>{self.link(members[0], 'md-nav__link')}<ul>"
+            + "".join(f"<li>{self.link(member, 'md-nav__link')}</li>" for member in members[1:4])
+            + "</ul></li>"
+            for members in self.members
+            if members
+        )
+        return (
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n<title>Pipelines Docs</title>\n'
+            f'<meta name="description" content="{escape(page.sentence())}">\n{self.head}</head>\n<body>\n'
+            f'{self.top}{self.sidebar(0)}<main class="md-main"><div class="md-content">'
+            '<article class="md-content__inner md-typeset"><h1>Pipelines Docs</h1>\n'
+            f"{page.paragraph()}{page.paragraph()}<h2>Sections</h2><ul>{sections}</ul></article></div></main>\n"
+            f"{self.bottom}"
+        ).encode()
+
 
 def write_docs_site(root: Path, *, pages: int, median_bytes: int, seed: int) -> list[str]:
-    """Write a `DocsSite` of `pages` pages under root/docs; return their URL paths in order.
+    """Write a `DocsSite` of `pages` pages under root/docs, and its index page (served at /); return
+    the pages' URL paths in order.
 
     Page sizes are log-normal around `median_bytes` (sigma 0.5: 5% of pages under 0.44x the median,
     5% over 2.3x), clipped to 0.4x-5x the median: most pages are guides of moderate length, a few
@@ -740,6 +764,8 @@ def write_docs_site(root: Path, *, pages: int, median_bytes: int, seed: int) -> 
     for index, path in enumerate(paths):
         size = min(max(rng.lognormvariate(math.log(median_bytes), 0.5), 0.4 * median_bytes), 5 * median_bytes)
         (root / path.lstrip("/")).write_bytes(site.page(rng, index, min_bytes=int(size)))
+    # Its own generator, so the pages above are the same with or without it.
+    (root / "index.html").write_bytes(site.home(random.Random(seed + 1)))
     return paths
 
 
@@ -805,6 +831,9 @@ def _serve(root: Path, port: int) -> None:
     files: dict[str, tuple[bytes, bytes]] = {"/robots.txt": (ROBOTS_TXT, b'"robots"')}
     for sitemap in sorted(root.glob("*.xml")):  # sitemaps, when the corpus has them
         files[f"/{sitemap.name}"] = (sitemap.read_bytes(), b'"' + sitemap.name.encode("ascii") + b'"')
+    if (root / "index.html").exists():  # the site's home page, when the corpus has one
+        body = (root / "index.html").read_bytes()
+        files["/"] = (body, b'"' + sha256(body).hexdigest()[:32].encode("ascii") + b'"')
     for entry in sorted((root / "docs").iterdir()):
         body = entry.read_bytes()
         files[f"/docs/{entry.name}"] = (body, b'"' + sha256(body).hexdigest()[:32].encode("ascii") + b'"')
@@ -1138,9 +1167,9 @@ class EmbeddedHome:
     def __exit__(self, *exc_info: object) -> None:
         self._exit.close()
 
-    def pipeline(self, urls: list[str], *, name: str) -> tuple[int, int]:
-        """A KB pipeline over `urls`: (workspace id, pipeline id)."""
-        return seed_pipeline(self.sessions, self.instance, urls, name=name, save_to_kb=True)
+    def pipeline(self, urls: list[str], *, name: str, site: Any = None) -> tuple[int, int]:
+        """A KB pipeline over `urls` (or discovering `site`, a SiteConfig): (workspace id, pipeline id)."""
+        return seed_pipeline(self.sessions, self.instance, urls, name=name, save_to_kb=True, site=site)
 
 
 RESULT_PREFIX = "BENCH-RESULT "

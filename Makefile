@@ -76,7 +76,9 @@ test: install
 bench: install
 	$(BIN)/python bench/blob_stream.py
 	$(BIN)/python bench/crawl_throughput.py
+	$(BIN)/python bench/crawl_throughput.py --mode site
 	$(BIN)/python bench/crawl_memory.py
+	$(BIN)/python bench/crawl_memory.py --mode site
 	$(BIN)/python bench/history_query.py
 	$(BIN)/python bench/schedule_tick.py
 	$(BIN)/python bench/run_overhead.py

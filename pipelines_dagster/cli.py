@@ -33,6 +33,7 @@ from pipelines_dagster.core.retry import (
     validate_retry_policy,
 )
 from pipelines_dagster.core.schedule import ScheduleSpec
+from pipelines_dagster.core.signing import DEFAULT_ROTATION_OVERLAP_SECONDS
 from pipelines_dagster.core.site_config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
@@ -42,7 +43,6 @@ from pipelines_dagster.core.site_config import (
     site_for,
 )
 from pipelines_dagster.core.triggers import (
-    DEFAULT_ROTATION_OVERLAP_SECONDS,
     EventType,
     create_event_trigger,
     create_webhook_trigger,

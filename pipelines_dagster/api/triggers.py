@@ -18,9 +18,12 @@ from pipelines_dagster.api.schemas import MAX_ID, ErrorResponse
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
 from pipelines_dagster.core.catalog import get_pipeline
-from pipelines_dagster.core.triggers import (
+from pipelines_dagster.core.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     MAX_ROTATION_OVERLAP_SECONDS,
+    previous_secret_expiry,
+)
+from pipelines_dagster.core.triggers import (
     MAX_WEBHOOK_BODY_BYTES,
     DeliveryRejected,
     EventType,
@@ -29,7 +32,6 @@ from pipelines_dagster.core.triggers import (
     create_webhook_trigger,
     emit_event,
     get_trigger,
-    previous_secret_expiry,
     rotate_signing_secret,
 )
 from pipelines_dagster.core.validation import InvalidInputError
@@ -117,7 +119,7 @@ def _out(trigger: PipelineTrigger) -> TriggerOut:
         kind=trigger.kind,
         event_type=trigger.event_type,
         signing=trigger.signing,
-        previous_secret_expires_at=previous_secret_expiry(trigger, datetime.now(UTC)),
+        previous_secret_expires_at=previous_secret_expiry(trigger.signing_secrets, datetime.now(UTC)),
         enabled=trigger.enabled,
         disabled_reason=trigger.disabled_reason,
     )

@@ -25,20 +25,27 @@ import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
-from standardwebhooks.webhooks import Webhook
 
 from pipelines_dagster.app_db.engine import dialect_insert
 from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, TriggerKind, WebhookDelivery, WebhookSigning
 from pipelines_dagster.core.catalog import NotFoundError, get_pipeline, get_workspace, hash_token
+from pipelines_dagster.core.signing import (
+    DEFAULT_ROTATION_OVERLAP_SECONDS,
+    first_secrets,
+    live_secrets,
+    new_signing_secret,
+    rotate,
+    validate_overlap,
+)
+from pipelines_dagster.core.signing import sign as sign_standard
 from pipelines_dagster.core.validation import InvalidInputError, validate_choice
 
 WEBHOOK_TOKEN_PREFIX = "whk_"
-SIGNING_SECRET_PREFIX = "whsec_"
 GITHUB_SIGNATURE_HEADER = "x-hub-signature-256"
 GITHUB_TIMESTAMP_HEADER = "x-webhook-timestamp"
 STANDARD_ID_HEADER = "webhook-id"
@@ -47,8 +54,6 @@ STANDARD_SIGNATURE_HEADER = "webhook-signature"
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024
 MAX_DELIVERY_AGE_SECONDS = 300
 MAX_WEBHOOK_ID_LENGTH = 190
-DEFAULT_ROTATION_OVERLAP_SECONDS = 24 * 3600
-MAX_ROTATION_OVERLAP_SECONDS = 7 * 24 * 3600
 # Headers worth keeping with a delivery; signatures are not stored.
 KEPT_HEADERS = (
     "content-type",
@@ -79,19 +84,6 @@ def validate_event_type(event_type: str, *, field: str = "event_type") -> EventT
     return validate_choice(EventType, event_type, field=field, what="event type")
 
 
-def validate_overlap(seconds: int, *, field: str = "overlap_seconds") -> int:
-    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= MAX_ROTATION_OVERLAP_SECONDS:
-        raise InvalidInputError(
-            field, f"must be a whole number of seconds from 0 to {MAX_ROTATION_OVERLAP_SECONDS} (7 days)"
-        )
-    return seconds
-
-
-def new_signing_secret() -> str:
-    """A Standard Webhooks secret: `whsec_` and 32 random bytes in base64."""
-    return SIGNING_SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
 @dataclass(frozen=True)
 class NewWebhook:
     trigger: PipelineTrigger
@@ -115,7 +107,7 @@ def create_webhook_trigger(
         kind=TriggerKind.WEBHOOK.value,
         webhook_secret_hash=hash_token(token),
         signing=mode.value,
-        signing_secrets=[{"secret": secret, "expires_at": None}] if mode is WebhookSigning.STANDARD else None,
+        signing_secrets=first_secrets(secret) if mode is WebhookSigning.STANDARD else None,
     )
     session.add(trigger)
     session.flush()
@@ -141,7 +133,7 @@ def rotate_signing_secret(
     now: datetime | None = None,
 ) -> RotatedSecret:
     """Give a standard-mode trigger a new secret; the ones it had verify for `overlap_seconds` more."""
-    overlap = validate_overlap(overlap_seconds)
+    validate_overlap(overlap_seconds)
     trigger = get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id)
     if trigger.signing != WebhookSigning.STANDARD.value:
         raise InvalidInputError(
@@ -149,35 +141,11 @@ def rotate_signing_secret(
             "only a standard-mode webhook trigger has a secret to rotate; a github-mode trigger signs with its "
             "URL token, so replace it with a new trigger",
         )
-    moment = now or datetime.now(UTC)
-    expires_at = moment + timedelta(seconds=overlap)
-    kept = [
-        {"secret": entry["secret"], "expires_at": min(_expiry(entry) or expires_at, expires_at).isoformat()}
-        for entry in trigger.signing_secrets or []
-        if (_expiry(entry) or expires_at) > moment
-    ]
-    secret = new_signing_secret()
-    trigger.signing_secrets = [{"secret": secret, "expires_at": None}, *kept]
+    secret, trigger.signing_secrets, expires_at = rotate(
+        trigger.signing_secrets, overlap_seconds=overlap_seconds, now=now or datetime.now(UTC)
+    )
     session.flush()
     return RotatedSecret(trigger, secret, expires_at)
-
-
-def _expiry(entry: Mapping[str, Any]) -> datetime | None:
-    value = entry.get("expires_at")
-    return datetime.fromisoformat(value) if value else None
-
-
-def live_secrets(trigger: PipelineTrigger, now: datetime) -> list[str]:
-    """The standard-mode secrets that verify at `now`: the current one and those still in their overlap."""
-    return [
-        entry["secret"] for entry in trigger.signing_secrets or [] if (expiry := _expiry(entry)) is None or expiry > now
-    ]
-
-
-def previous_secret_expiry(trigger: PipelineTrigger, now: datetime) -> datetime | None:
-    """When the last rotated-out secret that still verifies stops verifying; None when none does."""
-    expiries = [expiry for entry in trigger.signing_secrets or [] if (expiry := _expiry(entry)) and expiry > now]
-    return max(expiries, default=None)
 
 
 def get_trigger(session: Session, *, workspace_id: int, pipeline_id: int, trigger_id: int) -> PipelineTrigger:
@@ -221,13 +189,6 @@ def sign(body: bytes, secret: str) -> str:
 
 def signature_valid(body: bytes, secret: str, header: str | None) -> bool:
     return header is not None and hmac.compare_digest(sign(body, secret), header.strip())
-
-
-def sign_standard(body: bytes, secret: str, *, webhook_id: str, timestamp: int) -> str:
-    """The webhook-signature value (`v1,<base64>`) a standard-mode sender puts on `body`; what
-    deliveries are checked against."""
-    moment = datetime.fromtimestamp(timestamp, UTC)
-    return Webhook(secret).sign(msg_id=webhook_id, timestamp=moment, data=body.decode())
 
 
 class DeliveryRejected(Exception):
@@ -283,8 +244,8 @@ def verify_standard(trigger: PipelineTrigger, body: bytes, headers: Mapping[str,
                 signatures.append(base64.b64decode(value, validate=True))
             except binascii.Error:
                 continue
-    for secret in live_secrets(trigger, moment):
-        expected = base64.b64decode(sign_standard(body, secret, webhook_id=webhook_id, timestamp=int(stamp))[3:])
+    for secret in live_secrets(trigger.signing_secrets, moment):
+        expected = base64.b64decode(sign_standard(body, secret, message_id=webhook_id, timestamp=int(stamp))[3:])
         if any(hmac.compare_digest(expected, candidate) for candidate in signatures):
             return f"id:{webhook_id}"
     raise DeliveryRejected(401, f"{UNVERIFIED} ({STANDARD_SIGNATURE_HEADER}: v1,<base64 HMAC-SHA256>)")

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, WebhookDelivery
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.signing import sign as sign_standard
 from pipelines_dagster.core.triggers import (
     DeliveryRejected,
     EventType,
@@ -22,7 +23,6 @@ from pipelines_dagster.core.triggers import (
     emit_event,
     rotate_signing_secret,
     sign,
-    sign_standard,
     trigger_payload,
 )
 from pipelines_dagster.core.validation import InvalidInputError
@@ -98,7 +98,7 @@ def test_new_webhook_triggers_sign_in_standard_mode_with_a_secret_that_is_not_th
 def test_our_standard_signature_matches_the_spec(standard):
     body = b'{"a": 1}'
     expected = standard_headers(standard.secret, body, webhook_id="msg_x", at=NOW)["webhook-signature"]
-    assert sign_standard(body, standard.secret, webhook_id="msg_x", timestamp=int(NOW.timestamp())) == expected
+    assert sign_standard(body, standard.secret, message_id="msg_x", timestamp=int(NOW.timestamp())) == expected
 
 
 def test_a_standard_delivery_is_stored_once_per_webhook_id(sessions, standard):

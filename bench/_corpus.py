@@ -1033,6 +1033,7 @@ class EmbeddedStack:
         from pipelines_dagster.resources.blob_store import LocalBlobStoreResource
         from pipelines_dagster.resources.crawler import CrawlerResource
         from pipelines_dagster.resources.locks import DatabaseLocksResource
+        from pipelines_dagster.resources.notifications import NotificationsResource
 
         url = self.engine.url.render_as_string(hide_password=False)
         app_db = AppDatabaseResource(url=url)
@@ -1042,6 +1043,7 @@ class EmbeddedStack:
             "locks": DatabaseLocksResource(database_url=url),
             "crawler": CrawlerResource(allowed_networks=["127.0.0.1/32"]),
             "billing": BillingResource(app_db=app_db, billing_enabled=False),
+            "notifications": NotificationsResource(app_db=app_db),
         }
 
     def pipeline(

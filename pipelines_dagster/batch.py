@@ -27,6 +27,7 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
+from pipelines_dagster.resources.notifications import NotificationsResource
 from pipelines_dagster.runs import TRIGGER_TAG, Trigger, batch_run_key, batch_tags
 
 OP_NAME = "run_pipelines"
@@ -99,12 +100,18 @@ def run_pipelines(
     billing: BillingResource,
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
+    notifications: NotificationsResource,
 ) -> Iterator[Event]:
     resources = {"app_db": app_db, "locks": locks, "billing": billing, "blob_store": blob_store, "crawler": crawler}
     failed: dict[int, list[str]] = {}
     for pipeline in config.pipelines:
         steps = PartitionSteps(
-            context.instance, partition_key(pipeline.pipeline_id), app_db=app_db, blob_store=blob_store, log=context.log
+            context.instance,
+            partition_key(pipeline.pipeline_id),
+            app_db=app_db,
+            blob_store=blob_store,
+            notifications=notifications,
+            log=context.log,
         )
         yield from _run_member(context, pipeline, resources, steps)
         if steps.errors:

@@ -665,7 +665,7 @@ def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None
 def runs(workspace_id: int, pipeline_id: int, limit: int, cursor: str | None, as_json: bool) -> None:
     """A pipeline's runs from Dagster, newest first, as the API's run history lists them."""
     from pipelines_dagster.history import MAX_LIMIT, RunHistory
-    from pipelines_dagster.launch import DAGSTER_URL_ENV
+    from pipelines_dagster.settings import DAGSTER_URL_ENV
 
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInputError("limit", f"must be from 1 to {MAX_LIMIT}")

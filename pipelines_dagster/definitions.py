@@ -16,6 +16,7 @@ from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.resources import build_resources
 from pipelines_dagster.schedules import build_maintenance_schedule, maintenance
 from pipelines_dagster.sensors.events import build_event_sensor
+from pipelines_dagster.sensors.notifications import notification_sender, run_end_sensors
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from pipelines_dagster.sensors.run_status import lock_release_sensors
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
@@ -36,6 +37,8 @@ defs = dg.Definitions(
         build_event_sensor(settings),
         pipeline_partitions_sync,
         *lock_release_sensors,
+        *run_end_sensors,
+        notification_sender,
     ],
     resources=build_resources(settings),
     executor=dg.in_process_executor,

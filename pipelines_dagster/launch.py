@@ -20,9 +20,8 @@ from pipelines_dagster.core.run_engine import plan_run
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.runs import PARTITION_TAG, Trigger, run_tags
-from pipelines_dagster.settings import SettingsError
+from pipelines_dagster.settings import DAGSTER_URL_ENV, SettingsError
 
-DAGSTER_URL_ENV = "PIPELINES_DAGSTER_URL"
 DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 # Dagster's own tag for the partition a run materializes, as the UI's launchpad sets it.
 LAUNCH_TIMEOUT_SECONDS = 30

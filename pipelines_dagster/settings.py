@@ -15,6 +15,8 @@ from pipelines_dagster.core.fires import Budget
 from pipelines_dagster.core.site_config import DEFAULT_MAX_PAGES_CAP
 
 ENV_PREFIX = "PIPELINES_"
+# The Dagster webserver: where run-now launches and what run links point at (read where it is used).
+DAGSTER_URL_ENV = f"{ENV_PREFIX}DAGSTER_URL"
 
 
 class SettingsError(ValueError):
@@ -73,6 +75,11 @@ class Settings(BaseSettings):
             "embedded SQLite crawl about 10% of its throughput)."
         ),
     )
+    api_url: str | None = Field(
+        default=None,
+        description="Where users reach the HTTP API (e.g. https://pipelines.example.com): the base of the links "
+        "notifications carry; without it they carry ids only.",
+    )
     crawler_allow_private_networks: bool = False
     crawler_allowed_networks: str = Field(
         default="",
@@ -102,9 +109,9 @@ class Settings(BaseSettings):
                 raise ValueError("must be a directory path or s3://bucket/prefix")
         return value
 
-    @field_validator("s3_endpoint_url")
+    @field_validator("s3_endpoint_url", "api_url")
     @classmethod
-    def _s3_endpoint(cls, value: str | None) -> str | None:
+    def _http_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
         parsed = urlparse(value)

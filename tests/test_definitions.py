@@ -110,10 +110,11 @@ def test_defaults_are_local_blobs_and_database_locks(clean_env: pytest.MonkeyPat
     settings = load_settings(data_dir=tmp_path)
     resources = build_resources(settings)
 
-    assert set(resources) == {"app_db", "blob_store", "locks", "billing", "crawler"}
-    # The SSRF guard is on by default: no private networks, no exceptions.
-    assert resources["crawler"].allow_private_networks is False
-    assert resources["crawler"].allowed_networks == []
+    assert set(resources) == {"app_db", "blob_store", "locks", "billing", "crawler", "notifications"}
+    # The SSRF guard is on by default, for crawls and notifications alike: no private networks, no exceptions.
+    for guarded in ("crawler", "notifications"):
+        assert resources[guarded].allow_private_networks is False
+        assert resources[guarded].allowed_networks == []
     assert resources["app_db"].url == settings.resolved_database_url
     assert isinstance(resources["blob_store"], LocalBlobStoreResource)
     assert resources["blob_store"].root == str(tmp_path.resolve() / "blobs")

@@ -19,9 +19,9 @@ from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.migrate import require_current
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.instance import dagster_instance
-from pipelines_dagster.launch import DAGSTER_URL_ENV, GraphQLLauncher, Launcher
+from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.resources import build_resources
-from pipelines_dagster.settings import Settings, load_settings
+from pipelines_dagster.settings import DAGSTER_URL_ENV, Settings, load_settings
 
 DESCRIPTION = """\
 Pipelines, run-now and run history of one workspace of the knowledge base.

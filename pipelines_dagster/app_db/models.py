@@ -105,6 +105,16 @@ class PageChangeStatus(enum.StrEnum):
     REMOVED = "removed"
 
 
+class DeliveryStatus(enum.StrEnum):
+    """Where a notification delivery stands."""
+
+    PENDING = "pending"
+    """Waiting for its next attempt (the first, or a retry)."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """Out of attempts, or its endpoint was disabled; a redrive makes it pending again."""
+
+
 class LedgerKind(enum.StrEnum):
     GRANT = "grant"
     CHARGE = "charge"
@@ -402,6 +412,80 @@ class TokenUsage(Base):
         sa.ForeignKey("credit_ledger.id", ondelete="CASCADE"), unique=True
     )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class NotificationEndpoint(Base):
+    """Where a workspace wants to hear of its runs, page changes and credit: a URL that receives
+    Standard Webhooks, subscribed to some event types, for all pipelines or some."""
+
+    __tablename__ = "notification_endpoints"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    url: Mapped[str] = mapped_column(sa.Text)
+    description: Mapped[str | None] = mapped_column(sa.String(200))
+    event_types: Mapped[list[str]] = mapped_column(sa.JSON)
+    # NULL: every pipeline of the workspace.
+    pipeline_ids: Mapped[list[int] | None] = mapped_column(sa.JSON)
+    # credits.low fires when a charge takes the balance from at least this to below it.
+    credits_below_micros: Mapped[int | None]
+    # Standard Webhooks secrets, newest first (core/signing.py): every live one signs.
+    signing_secrets: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON)
+    enabled: Mapped[bool] = mapped_column(default=True)
+    disabled_reason: Mapped[str | None] = mapped_column(sa.Text)
+    # Since the first failed attempt after the last success; NULL while deliveries succeed.
+    failing_since: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class NotificationDelivery(Base):
+    """One message to one endpoint, with the state of its delivery. The body is stored as sent, so
+    every attempt and redrive sends the same bytes under the same `message_id` (webhook-id)."""
+
+    __tablename__ = "notification_deliveries"
+    __table_args__ = (
+        _enum_check("status", DeliveryStatus),
+        # What made the message, once per endpoint: a sensor that sees a run end twice queues it once.
+        sa.UniqueConstraint("endpoint_id", "dedupe_key"),
+        # The sender's claim: pending deliveries by when they are due.
+        sa.Index("ix_notification_deliveries_due", "status", "next_attempt_at"),
+        sa.Index("ix_notification_deliveries_endpoint_id_id", "endpoint_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    workspace_id: Mapped[int] = _workspace_fk()
+    endpoint_id: Mapped[int] = mapped_column(sa.ForeignKey("notification_endpoints.id", ondelete="CASCADE"))
+    event_type: Mapped[str] = mapped_column(sa.String(32))
+    message_id: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    dedupe_key: Mapped[str] = mapped_column(sa.String(255))
+    payload: Mapped[bytes] = mapped_column(sa.LargeBinary)
+    status: Mapped[str] = mapped_column(sa.String(16), default=DeliveryStatus.PENDING.value)
+    # Attempts since it was queued or last redriven: where the retry schedule stands.
+    attempts: Mapped[int] = mapped_column(default=0)
+    next_attempt_at: Mapped[datetime | None]
+    # A sender that claimed it holds it until then; one that died lets it go then.
+    leased_until: Mapped[datetime | None]
+    last_status_code: Mapped[int | None]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivered_at: Mapped[datetime | None]
+
+
+class NotificationAttempt(Base):
+    """The delivery log: one row per request sent (or refused before sending)."""
+
+    __tablename__ = "notification_attempts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delivery_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("notification_deliveries.id", ondelete="CASCADE"), index=True
+    )
+    attempted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    status_code: Mapped[int | None]
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    duration_ms: Mapped[int] = mapped_column(default=0)
+    succeeded: Mapped[bool] = mapped_column(default=False)
 
 
 class LockLease(Base):

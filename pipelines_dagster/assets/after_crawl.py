@@ -27,6 +27,7 @@ from pipelines_dagster.core.kb_archive import DEFAULT_MIN_SUCCESS_RATIO
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
+from pipelines_dagster.resources.notifications import NotificationsResource
 
 # Metadata of the observation that records a step's failure inside another step.
 FAILED_STEP = "failed_step"
@@ -65,12 +66,14 @@ class PartitionSteps:
         *,
         app_db: AppDatabaseResource,
         blob_store: BlobStoreResource,
+        notifications: NotificationsResource,
         log: dg.DagsterLogManager,
     ) -> None:
         self.instance = instance
         self.key = partition_key
         self.app_db = app_db
         self.blob_store = blob_store
+        self.notifications = notifications
         self.log = log
         self.errors: list[str] = []
         self.started_at = time.time()
@@ -115,7 +118,9 @@ class PartitionSteps:
                         yield check_evaluation(kb_documents_have_content, documents_have_content(key, app_db), key)
         if pending(page_changes):
             try:
-                changes = changes_partition(self.instance, key, app_db=app_db, blob_store=blob_store)
+                changes = changes_partition(
+                    self.instance, key, app_db=app_db, blob_store=blob_store, notifications=self.notifications
+                )
             except Exception as exc:
                 yield self.failed(page_changes.key, exc)
             else:

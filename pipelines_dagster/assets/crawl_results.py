@@ -18,6 +18,7 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
+from pipelines_dagster.resources.notifications import NotificationsResource
 from pipelines_dagster.runs import CONTRACT_TAGS, missing_run_tags, origin_of
 
 
@@ -170,6 +171,7 @@ def crawl_results(
     billing: BillingResource,
     blob_store: BlobStoreResource,
     crawler: CrawlerResource,
+    notifications: NotificationsResource,
 ) -> Iterator[dg.MaterializeResult[Any] | Event]:
     try:
         _tag_the_run(context, app_db)
@@ -201,7 +203,12 @@ def crawl_results(
     yield dg.MaterializeResult(metadata=crawl)
     # What the run does not execute as steps of its own follows here, from the blob just stored.
     steps = PartitionSteps(
-        context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, log=context.log
+        context.instance,
+        context.partition_key,
+        app_db=app_db,
+        blob_store=blob_store,
+        notifications=notifications,
+        log=context.log,
     )
     yield from steps.after_crawl(crawl, executed=run_steps(context))
     if steps.errors:

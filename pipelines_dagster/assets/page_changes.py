@@ -14,6 +14,7 @@ from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
+from pipelines_dagster.resources.notifications import NotificationsResource
 
 # The UI renders metadata inline; a crawl of thousands of pages lists its first changes only.
 MAX_LISTED_CHANGES = 50
@@ -28,9 +29,15 @@ def _changes_table(counts: ChangeCounts) -> str:
 
 
 def changes_partition(
-    instance: dg.DagsterInstance, partition_key: str, *, app_db: AppDatabaseResource, blob_store: BlobStoreResource
+    instance: dg.DagsterInstance,
+    partition_key: str,
+    *,
+    app_db: AppDatabaseResource,
+    blob_store: BlobStoreResource,
+    notifications: NotificationsResource,
 ) -> dict[str, Any]:
-    """Record the page changes of the partition's latest stored crawl; the metadata of that materialization."""
+    """Record the page changes of the partition's latest stored crawl, and queue their pages.changed
+    notifications with them; the metadata of that materialization."""
     pipeline = partition_pipeline(app_db, partition_key)
     blob_key, crawl = stored_crawl_with_metadata(instance, partition_key)
     crawl_run_id = crawl.run_id
@@ -41,6 +48,9 @@ def changes_partition(
         run_id=crawl_run_id,
         records=read_crawl(blob_store.store(), blob_key),
         truncated=bool(crawl.metadata.discovery_truncated),
+        on_recorded=notifications.pages_changed(
+            workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, run_id=crawl_run_id
+        ),
     )
     return {
         "pages_new": counts.new,
@@ -57,8 +67,12 @@ def changes_partition(
 
 @dg.asset(partitions_def=pipelines_partitions, deps=[CRAWL_RESULTS], kinds={"python"}, description=__doc__)
 def page_changes(
-    context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
+    context: dg.AssetExecutionContext,
+    app_db: AppDatabaseResource,
+    blob_store: BlobStoreResource,
+    notifications: NotificationsResource,
 ) -> dg.MaterializeResult[Any]:
-    return dg.MaterializeResult(
-        metadata=changes_partition(context.instance, context.partition_key, app_db=app_db, blob_store=blob_store)
+    metadata = changes_partition(
+        context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, notifications=notifications
     )
+    return dg.MaterializeResult(metadata=metadata)

@@ -22,6 +22,7 @@ from pipelines_dagster.app_db.models import (
     TokenUsage,
     Workspace,
 )
+from pipelines_dagster.notifications.events import queue_credits_low
 
 WEB_CRAWL_USAGE = "web_crawl"
 
@@ -117,7 +118,16 @@ class Billing:
                 if earlier.account_id != account_id or earlier.kind != LedgerKind.CHARGE:
                     raise ValueError(f"idempotency key {idempotency_key!r} belongs to another ledger entry")
                 return ChargeResult(micros=-earlier.delta_micros, newly_charged=False, ledger_entry_id=earlier.id)
-            _add_to_balance(session, account_id, -micros)
+            balance = _add_to_balance(session, account_id, -micros)
+            queue_credits_low(
+                session,
+                workspace_id=workspace_id,
+                balance_before=balance + micros,
+                balance_after=balance,
+                ledger_entry_id=entry_id,
+                pipeline_id=usage.get("pipeline_id"),
+                run_id=usage.get("run_id"),
+            )
             session.add(
                 TokenUsage(
                     workspace_id=workspace_id,
@@ -159,9 +169,11 @@ def _insert_ledger(session: Session, account_id: int, kind: LedgerKind, delta: i
     )
 
 
-def _add_to_balance(session: Session, account_id: int, delta: int) -> None:
-    session.execute(
+def _add_to_balance(session: Session, account_id: int, delta: int) -> int:
+    """The balance after adding `delta`."""
+    return session.execute(
         sa.update(CreditAccount)
         .where(CreditAccount.id == account_id)
         .values(balance_micros=CreditAccount.balance_micros + delta)
-    )
+        .returning(CreditAccount.balance_micros)
+    ).scalar_one()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -77,6 +77,7 @@ def record_changes(
     records: Iterable[CrawlRecord],
     now: datetime | None = None,
     truncated: bool = False,
+    on_recorded: Callable[[Session], object] | None = None,
 ) -> ChangeCounts:
     """Compare a crawl's records with each page's last good observation and append the timeline rows.
 
@@ -86,6 +87,8 @@ def record_changes(
 
     Pages are compared a batch at a time, each batch's rows flushed and let go, and a page's stored
     text is read only when its hash changed: memory stays flat however many pages a crawl has.
+    `on_recorded` is called with the session once the rows are written, in their transaction (the
+    notifications of the changes are queued there, so they are recorded together or not at all).
     """
     moment = now or datetime.now(UTC)
     counts = ChangeCounts()
@@ -105,6 +108,8 @@ def record_changes(
             timeline.let_go()
         if not truncated:
             timeline.remove_unseen(seen)
+        if on_recorded is not None:
+            on_recorded(session)
     return counts
 
 

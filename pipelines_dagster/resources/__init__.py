@@ -12,7 +12,8 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource, LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
-from pipelines_dagster.settings import ENV_PREFIX, Settings
+from pipelines_dagster.resources.notifications import NotificationsResource
+from pipelines_dagster.settings import DAGSTER_URL_ENV, ENV_PREFIX, Settings
 
 
 def _from_env(field: str, value: str) -> str:
@@ -34,6 +35,7 @@ class Resources(TypedDict):
     locks: LocksResource
     crawler: CrawlerResource
     billing: BillingResource
+    notifications: NotificationsResource
 
 
 def build_resources(settings: Settings) -> Resources:
@@ -67,5 +69,12 @@ def build_resources(settings: Settings) -> Resources:
             app_db=app_db,
             billing_enabled=settings.billing_enabled,
             micros_per_crawl=settings.micros_per_crawl,
+        ),
+        "notifications": NotificationsResource(
+            app_db=app_db,
+            api_url=settings.api_url,
+            dagster_url=os.environ.get(DAGSTER_URL_ENV),
+            allow_private_networks=settings.crawler_allow_private_networks,
+            allowed_networks=list(settings.allowed_networks),
         ),
     }

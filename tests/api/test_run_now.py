@@ -18,7 +18,8 @@ from pipelines_dagster.app_db.engine import create_engine, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.cli import main
-from pipelines_dagster.launch import DAGSTER_URL_ENV, PARTITION_TAG, GraphQLLauncher, launch_pipeline_run
+from pipelines_dagster.launch import PARTITION_TAG, GraphQLLauncher, launch_pipeline_run
+from pipelines_dagster.settings import DAGSTER_URL_ENV
 from tests.api.conftest import REPO_DIR, Tenant, Webserver, free_port, new_tenant, settings_for
 
 

@@ -22,6 +22,9 @@ from pipelines_dagster.app_db.models import (
     Document,
     DomainEvent,
     Folder,
+    NotificationAttempt,
+    NotificationDelivery,
+    NotificationEndpoint,
     PageChange,
     PageState,
     Pipeline,
@@ -175,7 +178,22 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
             account_id=account.id, kind="grant", delta_micros=5, idempotency_key=f"g-{uuid.uuid4()}"
         )
         session.add(entry)
+        endpoint = NotificationEndpoint(
+            workspace_id=ws, url="https://hooks.example.com/", event_types=["run.failed"], signing_secrets=[]
+        )
+        session.add(endpoint)
         session.flush()
+        delivery = NotificationDelivery(
+            workspace_id=ws,
+            endpoint_id=endpoint.id,
+            event_type="run.failed",
+            message_id=f"msg_{uuid.uuid4().hex}",
+            dedupe_key="k",
+            payload=b"{}",
+        )
+        session.add(delivery)
+        session.flush()
+        session.add(NotificationAttempt(delivery_id=delivery.id, status_code=500))
         session.add_all(
             [
                 WebhookDelivery(workspace_id=ws, trigger_id=trigger.id, dedupe_key="d", payload=b"{}"),
@@ -223,16 +241,18 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
         TokenUsage,
         PageChange,
         PageState,
+        NotificationEndpoint,
+        NotificationDelivery,
     ]
     with sessions() as session:
         for model in owned:
             left = session.scalar(sa.select(sa.func.count()).select_from(model).where(model.workspace_id == ws))
             assert left == 0, model.__tablename__
         assert session.get(CreditLedgerEntry, entry.id) is None
+        assert session.scalar(sa.select(sa.func.count()).select_from(NotificationAttempt)) == 0
     # Every table but the lock leases (not workspace data) is covered above.
-    assert {m.__tablename__ for m in owned} | {"credit_ledger", "workspaces", "lock_leases"} == set(
-        Base.metadata.tables
-    )
+    covered = {"credit_ledger", "notification_attempts", "workspaces", "lock_leases"}
+    assert {m.__tablename__ for m in owned} | covered == set(Base.metadata.tables)
 
 
 def test_a_deleted_rows_id_is_never_reused(sessions, pipeline):

@@ -24,8 +24,12 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
+from pipelines_dagster.resources.notifications import NotificationsResource
 from pipelines_dagster.runs import run_tags
 from tests.support.web import WebServer, page
+
+# Where the stack's notifications say the HTTP API is (their links are built on it, never followed).
+API_URL = "https://pipelines.example.com"
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Stack:
             "billing": BillingResource(
                 app_db=app_db, billing_enabled=self.billing_enabled, micros_per_crawl=self.micros_per_crawl
             ),
+            "notifications": NotificationsResource(app_db=app_db, api_url=API_URL, allowed_networks=["127.0.0.1/32"]),
         }
 
     def site(self, pages: int, *, prefix: str = "/p") -> list[str]:

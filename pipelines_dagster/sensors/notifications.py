@@ -1,0 +1,116 @@
+"""Notifications from Dagster: run-status sensors queue run.succeeded / failed / canceled for each
+pipeline of a run that ended, and the sender sensor posts what is due (notifications/sender.py)."""
+
+import dagster as dg
+import sqlalchemy as sa
+
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.history import PipelineRunView, RunHistory
+from pipelines_dagster.notifications.events import queue_run_ended
+from pipelines_dagster.notifications.payloads import RUN_EVENTS, CrawlCounts, DocumentCounts, RunEventData
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.notifications import NotificationsResource
+from pipelines_dagster.runs import pipeline_ids_of
+
+# Dagster's tag on a failed run it is about to retry (its process died).
+WILL_RETRY_TAG = "dagster/will_retry"
+# A sender tick stops taking new batches after this long, inside the daemon's 60 s sensor timeout.
+SEND_SECONDS = 40.0
+
+
+def run_event(view: PipelineRunView, *, will_retry: bool) -> RunEventData:
+    """A run history entry as the payload of its run.* notification."""
+    started, finished = view.started_at, view.finished_at
+    return RunEventData(
+        workspace_id=view.workspace_id,
+        pipeline_id=view.pipeline_id,
+        pipeline_name=view.pipeline_name,
+        run_id=view.run_id,
+        status=view.status,  # type: ignore[arg-type]  # only ended runs come here (RUN_EVENTS)
+        trigger=view.trigger,
+        started_at=started,
+        finished_at=finished,
+        duration_seconds=round((finished - started).total_seconds(), 3) if started and finished else None,
+        crawls=CrawlCounts(
+            attempted=view.crawls_attempted,
+            succeeded=view.crawls_succeeded,
+            empty=view.crawls_empty,
+            failed=view.crawls_failed,
+        ),
+        documents=DocumentCounts(
+            created=view.documents_created, updated=view.documents_updated, unchanged=view.documents_unchanged
+        ),
+        charged_micros=view.charged_micros,
+        error=view.error,
+        will_retry=will_retry and view.status == "failed",
+        run_url=view.dagster_url,
+    )
+
+
+def queue_run_ends(
+    run: dg.DagsterRun, instance: dg.DagsterInstance, *, app_db: AppDatabaseResource, dagster_url: str | None
+) -> int:
+    """Queue the run.* notifications of each pipeline of an ended run; how many deliveries."""
+    pipeline_ids = pipeline_ids_of(run.tags)
+    if not pipeline_ids:
+        return 0
+    with app_db.sessions() as session:
+        workspaces = dict(
+            session.execute(sa.select(Pipeline.id, Pipeline.workspace_id).where(Pipeline.id.in_(pipeline_ids))).all()
+        )
+    history = RunHistory(instance, app_db.sessions, ui_base_url=dagster_url)
+    will_retry = run.tags.get(WILL_RETRY_TAG) == "true"
+    queued = 0
+    for pipeline_id in pipeline_ids:
+        workspace_id = workspaces.get(pipeline_id)  # None: the pipeline was deleted since
+        view = history.get_run(workspace_id, run.run_id, pipeline_id=pipeline_id) if workspace_id else None
+        if view is None or view.status not in RUN_EVENTS:
+            continue
+        with transaction(app_db.sessions) as session:
+            queued += len(queue_run_ended(session, run_event(view, will_retry=will_retry)))
+    return queued
+
+
+def _run_end_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
+    ended = status.value.lower()
+
+    @dg.run_status_sensor(
+        name=f"notify_{ended}_runs",
+        run_status=status,
+        # No monitored_jobs: every job of this code location (pipeline_run, pipeline_batch, asset jobs).
+        minimum_interval_seconds=5,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Queues the run notifications of pipeline runs that ended {ended}, for the endpoints subscribed.",
+    )
+    def notify(
+        context: dg.RunStatusSensorContext, app_db: AppDatabaseResource, notifications: NotificationsResource
+    ) -> None:
+        queued = queue_run_ends(
+            context.dagster_run, context.instance, app_db=app_db, dagster_url=notifications.dagster_url
+        )
+        if queued:
+            context.log.info(f"queued {queued} notifications of run {context.dagster_run.run_id}")
+
+    return notify
+
+
+run_end_sensors = [
+    _run_end_sensor(dg.DagsterRunStatus.SUCCESS),
+    _run_end_sensor(dg.DagsterRunStatus.FAILURE),
+    _run_end_sensor(dg.DagsterRunStatus.CANCELED),
+]
+
+
+@dg.sensor(
+    name="notification_sender",
+    minimum_interval_seconds=5,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Posts the notification deliveries that are due, signed, retrying failures on a schedule of a day.",
+)
+def notification_sender(context: dg.SensorEvaluationContext, notifications: NotificationsResource) -> dg.SkipReason:
+    report = notifications.sender().send_due(max_seconds=SEND_SECONDS)
+    if report.disabled_endpoints:
+        context.log.warning(f"disabled notification endpoints {report.disabled_endpoints}: failing for days")
+    # A sensor that starts no run says what its tick did in the UI's tick history.
+    return dg.SkipReason(str(report) if report.sent else "no notification due")

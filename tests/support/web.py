@@ -48,6 +48,7 @@ class Request:
     path: str
     headers: Mapping[str, str]
     received_at: float = 0.0
+    body: bytes = b""
 
 
 Handler = Callable[[Request], Reply]
@@ -175,11 +176,13 @@ class WebServer:
             self._connections.append(connection)
 
     def _serve(self, handler: _RequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
         request = Request(
             method=handler.command,
             path=handler.path,
             headers={name.lower(): value for name, value in handler.headers.items()},
             received_at=time.monotonic(),
+            body=handler.rfile.read(length) if length else b"",
         )
         with self._lock:
             self._requests.append(request)
@@ -278,6 +281,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.server.web._connected(self.connection)
 
     def do_GET(self) -> None:
+        self.server.web._serve(self)
+
+    def do_POST(self) -> None:
         self.server.web._serve(self)
 
     def log_message(self, format: str, *args: Any) -> None:

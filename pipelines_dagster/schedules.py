@@ -1,4 +1,4 @@
-"""Code-defined maintenance schedules: daily retention of crawl blobs and webhook deliveries."""
+"""Code-defined maintenance schedules: daily retention of crawl blobs, webhook and notification deliveries."""
 
 from datetime import UTC, datetime
 
@@ -17,7 +17,8 @@ class RetentionConfig(dg.Config):
 
 
 @dg.op(
-    description="Delete crawl blobs and webhook deliveries older than the retention; keep each pipeline's latest crawl."
+    description="Delete crawl blobs, webhook deliveries and finished notification deliveries older than the "
+    "retention; keep each pipeline's latest crawl."
 )
 def apply_retention_op(
     context: dg.OpExecutionContext,
@@ -36,7 +37,8 @@ def apply_retention_op(
     )
     context.log.info(
         f"deleted {len(report.blobs_deleted)} crawl blobs (kept {report.blobs_kept}) "
-        f"and {report.deliveries_deleted} webhook deliveries older than {config.retention_days} days"
+        f", {report.deliveries_deleted} webhook deliveries and {report.notifications_deleted} notification "
+        f"deliveries older than {config.retention_days} days"
     )
     return dg.Output(
         None,
@@ -44,11 +46,12 @@ def apply_retention_op(
             "blobs_deleted": len(report.blobs_deleted),
             "blobs_kept": report.blobs_kept,
             "deliveries_deleted": report.deliveries_deleted,
+            "notifications_deleted": report.notifications_deleted,
         },
     )
 
 
-@dg.job(description="Retention: old crawl blobs and webhook deliveries are deleted.")
+@dg.job(description="Retention: old crawl blobs, webhook and notification deliveries are deleted.")
 def maintenance() -> None:
     apply_retention_op()
 

@@ -1,4 +1,5 @@
-"""Retention: old crawl blobs and old webhook deliveries are deleted, each pipeline's latest crawl never."""
+"""Retention: old crawl blobs, webhook deliveries and notification deliveries are deleted, each pipeline's
+latest crawl never."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import WebhookDelivery
+from pipelines_dagster.app_db.models import DeliveryStatus, NotificationDelivery, WebhookDelivery
 from pipelines_dagster.core.blob import BlobStore
 
 RUNS_PREFIX = "pipeline_runs/"
@@ -21,6 +22,7 @@ class RetentionReport:
     blobs_deleted: list[str]
     blobs_kept: int
     deliveries_deleted: int
+    notifications_deleted: int = 0
 
 
 def cutoff(now: datetime, days: int) -> datetime:
@@ -65,8 +67,19 @@ def prune_webhook_deliveries(sessions: sessionmaker[Session], *, older_than: dat
     (it reads within seconds), and dropping a dedupe key reopens no replay: deliveries older
     than `MAX_DELIVERY_AGE_SECONDS` are refused by their signed timestamp.
     """
+    return _delete(sessions, sa.delete(WebhookDelivery).where(WebhookDelivery.received_at < older_than))
+
+
+def prune_notification_deliveries(sessions: sessionmaker[Session], *, older_than: datetime) -> int:
+    """Delete notification deliveries queued before `older_than` that are done (delivered, or failed
+    for good), with their attempt logs; a pending one is kept whatever its age."""
+    done = NotificationDelivery.status.in_([DeliveryStatus.SUCCEEDED.value, DeliveryStatus.FAILED.value])
+    return _delete(sessions, sa.delete(NotificationDelivery).where(done, NotificationDelivery.created_at < older_than))
+
+
+def _delete(sessions: sessionmaker[Session], statement: sa.Delete) -> int:
     with transaction(sessions) as session:
-        result = session.execute(sa.delete(WebhookDelivery).where(WebhookDelivery.received_at < older_than))
+        result = session.execute(statement)
         # A bulk DELETE's result is a CursorResult, the one kind that counts rows.
         assert isinstance(result, sa.CursorResult)
         return result.rowcount
@@ -81,4 +94,5 @@ def apply_retention(
         blobs_deleted=deleted,
         blobs_kept=kept,
         deliveries_deleted=prune_webhook_deliveries(sessions, older_than=older_than),
+        notifications_deleted=prune_notification_deliveries(sessions, older_than=older_than),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,10 +13,23 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, WebhookDelivery
+from pipelines_dagster.app_db.models import (
+    NotificationAttempt,
+    NotificationDelivery,
+    NotificationEndpoint,
+    Pipeline,
+    PipelineTrigger,
+    WebhookDelivery,
+)
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.blob import LocalBlobStore, S3BlobStore, run_result_key
-from pipelines_dagster.core.retention import apply_retention, cutoff, prune_crawl_blobs, prune_webhook_deliveries
+from pipelines_dagster.core.retention import (
+    apply_retention,
+    cutoff,
+    prune_crawl_blobs,
+    prune_notification_deliveries,
+    prune_webhook_deliveries,
+)
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.schedules import RetentionConfig, build_maintenance_schedule, maintenance
 from tests.assets.conftest import embedded, materialization, web  # noqa: F401  (fixtures)
@@ -168,3 +182,36 @@ def test_the_maintenance_schedule_runs_daily_by_default():
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
     assert schedule.cron_schedule == "17 3 * * *" and schedule.job is maintenance
     assert "older than 7 days" in schedule.description
+
+
+def test_finished_notification_deliveries_are_pruned_and_pending_ones_kept(sessions, trigger):
+    workspace_id, _ = trigger
+    with transaction(sessions) as session:
+        endpoint = NotificationEndpoint(
+            workspace_id=workspace_id, url="https://hooks.example.com/", event_types=["run.failed"], signing_secrets=[]
+        )
+        session.add(endpoint)
+        session.flush()
+        for status, days in [("succeeded", 31), ("failed", 40), ("pending", 60), ("succeeded", 29)]:
+            delivery = NotificationDelivery(
+                workspace_id=workspace_id,
+                endpoint_id=endpoint.id,
+                event_type="run.failed",
+                message_id=f"msg_{uuid.uuid4().hex}",
+                dedupe_key=f"{status}-{days}",
+                payload=b"{}",
+                status=status,
+                created_at=NOW - timedelta(days=days),
+            )
+            session.add(delivery)
+            session.flush()
+            session.add(NotificationAttempt(delivery_id=delivery.id, attempted_at=NOW - timedelta(days=days)))
+    assert prune_notification_deliveries(sessions, older_than=cutoff(NOW, 30)) >= 2
+    with sessions() as session:
+        left = session.scalars(
+            sa.select(NotificationDelivery.dedupe_key).where(NotificationDelivery.endpoint_id == endpoint.id)
+        )
+        assert sorted(left) == ["pending-60", "succeeded-29"]
+        kept = sa.select(NotificationDelivery.id).where(NotificationDelivery.endpoint_id == endpoint.id)
+        attempts = sa.select(sa.func.count()).where(NotificationAttempt.delivery_id.in_(kept))
+        assert session.scalar(attempts) == 2

@@ -23,17 +23,21 @@ import dagster as dg
 import httpx
 import pytest
 import sqlalchemy as sa
+from standardwebhooks.webhooks import Webhook
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, sign
+from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, emit_event, sign
+from pipelines_dagster.notifications.destination import DestinationGuard
+from pipelines_dagster.notifications.endpoints import create_endpoint
 from tests.api.conftest import free_port
 from tests.support.graphql import BACKFILL
 from tests.support.processes import stop_group
-from tests.support.web import WebServer, page
+from tests.support.web import Reply, WebServer, page
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -223,6 +227,38 @@ def test_an_event_of_a_subscribed_type_starts_a_run(deployment: Deployment):
     run = deployment.finished_run(pipeline_id, "event", timeout=90)
     assert run.status == dg.DagsterRunStatus.SUCCESS
     assert run.tags["event_id"] == str(answer.json()["event_id"])
+
+
+def test_a_run_that_succeeds_under_the_daemon_is_told_to_its_endpoint_signed(deployment: Deployment):
+    """The daemon's run-status sensor queues run.succeeded and its sender sensor posts it."""
+    workspace_id, pipeline_id = deployment.pipeline("notify")
+    with WebServer() as receiver:
+        receiver.route("/hook", Reply(status=204, content_type=None))
+        with transaction(deployment.sessions) as session:
+            created = create_endpoint(
+                session,
+                DestinationGuard(NetworkPolicy(allowed_networks=("127.0.0.1/32",))),
+                workspace_id=workspace_id,
+                url=receiver.url("/hook"),
+                event_types=["run.succeeded"],
+            )
+            create_event_trigger(
+                session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type="refresh.requested"
+            )
+            emit_event(session, workspace_id=workspace_id, event_type="refresh.requested")
+        run = deployment.finished_run(pipeline_id, "event", timeout=90)
+        [request] = deployment.wait_for(
+            "the run.succeeded notification", lambda: [r for r in receiver.requests if r.method == "POST"], 60
+        )
+        message = Webhook(created.secret).verify(
+            request.body,
+            {name: request.headers[name] for name in ("webhook-id", "webhook-timestamp", "webhook-signature")},
+        )
+    assert message["type"] == "run.succeeded"
+    data = message["data"]
+    assert (data["run_id"], data["pipeline_id"], data["status"]) == (run.run_id, pipeline_id, "succeeded")
+    assert data["crawls"]["succeeded"] == 3 and data["charged_micros"] == 3000
+    assert data["run_url"] == f"{deployment.ui_url}/runs/{run.run_id}"
 
 
 def test_the_cli_manual_run_starts_within_ten_seconds(deployment: Deployment):

@@ -271,13 +271,19 @@ def redrive(
             attempts=0,
             next_attempt_at=now or datetime.now(UTC),
             leased_until=None,
+            # What the last round ended with stays in the attempt log.
+            last_status_code=None,
+            last_error=None,
+            delivered_at=None,
         ).execution_options(synchronize_session=False)
     )
     return int(getattr(result, "rowcount", 0) or 0)
 
 
 def queue_test(session: Session, *, workspace_id: int, endpoint_id: int, now: datetime | None = None) -> int:
-    """Queue a notification.test message to the endpoint (enabled or not); the delivery's id."""
+    """Queue a notification.test message to the endpoint (enabled or not, to check it before enabling
+    it); the delivery's id. `Sender.send_now` sends it, once: it is not retried, and its result says
+    nothing of the endpoint's health."""
     endpoint = get_endpoint(session, workspace_id=workspace_id, endpoint_id=endpoint_id)
     moment = now or datetime.now(UTC)
     data = TestData(workspace_id=workspace_id, endpoint_id=endpoint_id, message="A test from pipelines-dagster.")

@@ -33,6 +33,7 @@ from pipelines_dagster.core.signing import live_secrets, signature_header
 from pipelines_dagster.core.ssrf import AddressError
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import disable
+from pipelines_dagster.notifications.payloads import TEST_EVENT
 
 # Waits before the 2nd, 3rd ... attempt (Svix's schedule): 8 attempts over 27.6 hours, then failed.
 RETRY_DELAYS = (
@@ -71,6 +72,8 @@ class _Claimed:
     attempts: int
     secrets: list[dict[str, Any]]
     leased_until: datetime
+    test: bool
+    """A `notification test` message: sent once, at once, and no sign of the endpoint's health."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,14 +156,20 @@ class Sender:
                 sa.or_(NotificationDelivery.leased_until.is_(None), NotificationDelivery.leased_until <= now),
             )
             if ids is None:
+                # What is due, to endpoints still enabled; test messages are sent by send_now alone.
                 query = (
-                    query.where(NotificationDelivery.next_attempt_at <= now)
+                    query.join(NotificationEndpoint, NotificationEndpoint.id == NotificationDelivery.endpoint_id)
+                    .where(
+                        NotificationDelivery.next_attempt_at <= now,
+                        NotificationDelivery.event_type != TEST_EVENT,
+                        NotificationEndpoint.enabled.is_(True),
+                    )
                     .order_by(NotificationDelivery.next_attempt_at, NotificationDelivery.id)
                     .limit(self.batch_size)
                 )
             else:
                 query = query.where(NotificationDelivery.id.in_(ids))
-            picked = list(session.scalars(query.with_for_update(skip_locked=True)))
+            picked = list(session.scalars(query.with_for_update(skip_locked=True, of=NotificationDelivery)))
             if not picked:
                 return []
             session.execute(
@@ -178,6 +187,7 @@ class Sender:
                     NotificationDelivery.payload,
                     NotificationDelivery.attempts,
                     NotificationEndpoint.signing_secrets,
+                    NotificationDelivery.event_type,
                 )
                 .join(NotificationEndpoint, NotificationEndpoint.id == NotificationDelivery.endpoint_id)
                 .where(NotificationDelivery.id.in_(picked))
@@ -193,8 +203,9 @@ class Sender:
                 attempts=attempts,
                 secrets=secrets,
                 leased_until=lease,
+                test=event_type == TEST_EVENT,
             )
-            for delivery_id, endpoint_id, url, message_id, payload, attempts, secrets in rows
+            for delivery_id, endpoint_id, url, message_id, payload, attempts, secrets, event_type in rows
         ]
 
     async def _send(self, claimed: list[_Claimed], report: SendReport) -> list[AttemptResult]:
@@ -290,7 +301,7 @@ class Sender:
             if result.succeeded:
                 state |= {"status": DeliveryStatus.SUCCEEDED.value, "delivered_at": result.attempted_at}
                 report.succeeded += 1
-            elif attempts >= MAX_ATTEMPTS:
+            elif attempts >= MAX_ATTEMPTS or delivery.test:
                 state["status"] = DeliveryStatus.FAILED.value
                 report.failed += 1
             else:
@@ -328,7 +339,8 @@ class Sender:
                 ),
                 updates,
             )
-            report.disabled_endpoints += self._judge_endpoints(session, results, now)
+            health = [result for result in results if not claimed[result.delivery_id].test]
+            report.disabled_endpoints += self._judge_endpoints(session, health, now)
 
     def _judge_endpoints(self, session: Session, results: list[AttemptResult], now: datetime) -> list[int]:
         """Clear the failure streak of endpoints that took a delivery; start or extend it for those that

@@ -24,8 +24,10 @@ from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import (
     create_endpoint,
     delivery_attempts,
+    queue_test,
     redrive,
     rotate_endpoint_secret,
+    set_endpoint_enabled,
 )
 from pipelines_dagster.notifications.events import queue_run_ended
 from pipelines_dagster.notifications.payloads import CrawlCounts, DocumentCounts, RunEventData
@@ -324,3 +326,24 @@ def test_a_sender_killed_mid_batch_loses_nothing_and_resends_only_what_it_had_no
     # Twice only what the killed sender had sent but not recorded, and then under the same webhook-id.
     assert {message_id for message_id, times in received.items() if times > 1} <= set(everyone) - recorded
     assert all(received[message_id] == 1 for message_id in recorded)
+
+
+def test_a_test_message_is_sent_once_even_to_a_disabled_endpoint_and_says_nothing_of_its_health(
+    sessions, workspace, receiver, clock
+):
+    created = endpoint(sessions, workspace, receiver.url(HOOK))
+    receiver.route(HOOK, Reply(status=500, content_type=None))
+    with transaction(sessions) as session:
+        set_endpoint_enabled(session, workspace_id=workspace, endpoint_id=created.endpoint.id, enabled=False)
+        delivery_id = queue_test(session, workspace_id=workspace, endpoint_id=created.endpoint.id)
+    send = sender(sessions, clock)
+    # The sensor's passes leave it to send_now.
+    assert send.send_due().sent == 0
+    [result] = send.send_now([delivery_id])
+    assert (result.succeeded, result.status_code) == (False, 500)
+    tested = delivery(sessions, delivery_id)
+    assert (tested.status, tested.attempts) == ("failed", 1)
+    clock.advance(timedelta(days=2))
+    assert send.send_due().sent == 0 and len(posts(receiver)) == 1
+    with sessions() as session:
+        assert session.get(NotificationEndpoint, created.endpoint.id).failing_since is None

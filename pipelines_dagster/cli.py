@@ -21,7 +21,7 @@ from pipelines_dagster import demo as demo_site
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
-from pipelines_dagster.app_db.models import ConnectorType, Pipeline
+from pipelines_dagster.app_db.models import ConnectorType, DeliveryStatus, NotificationEndpoint, Pipeline
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
 from pipelines_dagster.core.retry import (
@@ -51,12 +51,16 @@ from pipelines_dagster.core.triggers import (
 )
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.instance import dagster_instance
+from pipelines_dagster.notifications import endpoints as notifications
+from pipelines_dagster.notifications.payloads import NotificationEvent
 from pipelines_dagster.settings import Settings, SettingsError, load_settings
 
 # --json prints the API's own models, so the field names are the API's. They are imported on use:
 # the api package loads the web stack, which the other commands do without.
 if TYPE_CHECKING:
+    from pipelines_dagster.api import notifications as api_notifications
     from pipelines_dagster.api import schemas
+    from pipelines_dagster.notifications.destination import DestinationGuard
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -84,6 +88,9 @@ OPTION_OF_FIELD = {
     "retry_policy.backoff": "retry_backoff",
     "retry_policy.max_retries": "retry_max",
     "retry_policy.delay_seconds": "retry_delay",
+    "event_types": "event",
+    "pipeline_ids": "pipeline",
+    "credits_below_micros": "credits_below",
 }
 
 
@@ -274,10 +281,17 @@ def pipeline() -> None:
     """Pipelines: what to do with a connector's crawl, and when."""
 
 
-def pipeline_ref(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--workspace ID PIPELINE_ID`: pipelines are always named within their workspace."""
-    command = click.argument("pipeline_id", type=int)(command)
-    return click.option("--workspace", "workspace_id", required=True, type=int)(command)
+def workspace_ref(argument: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--workspace ID <ARGUMENT>`: pipelines and notification endpoints are always named within their workspace."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.argument(argument, type=int)(command)
+        return click.option("--workspace", "workspace_id", required=True, type=int)(command)
+
+    return decorate
+
+
+pipeline_ref = workspace_ref("pipeline_id")
 
 
 def schedule_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -821,3 +835,315 @@ def event_emit(workspace_id: int, event_type: str, payload: str, as_json: bool) 
         recorded = emit_event(session, workspace_id=workspace_id, event_type=event_type, payload=body)
         result = {"id": recorded.id, "event_type": recorded.event_type}
     emit(as_json, result, f"event {result['id']} recorded")
+
+
+@main.group()
+def notification() -> None:
+    """Notification endpoints: URLs that hear, as signed Standard Webhooks, of runs ending, pages
+    changing and credit running low."""
+
+
+endpoint_ref = workspace_ref("endpoint_id")
+
+
+def destination_guard(settings: Settings) -> DestinationGuard:
+    """Where notifications may go: the crawler's network settings, as the deployment's resource has them."""
+    from pipelines_dagster.resources import build_resources
+
+    return build_resources(settings)["notifications"].guard()
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
+def describe_endpoint(shown: api_notifications.EndpointOut) -> str:
+    """One line per endpoint: id, URL, state, what it hears of."""
+    state = "enabled" if shown.enabled else f"disabled ({shown.disabled_reason})"
+    pipelines = (
+        "all pipelines"
+        if shown.pipeline_ids is None
+        else "pipelines " + ", ".join(str(pipeline_id) for pipeline_id in shown.pipeline_ids)
+    )
+    credits = f", credits below {shown.credits_below_micros} micros" if shown.credits_below_micros is not None else ""
+    label = f"\t{shown.description}" if shown.description else ""
+    return f"{shown.id}\t{shown.url}\t{state}\t{', '.join(shown.event_types)} of {pipelines}{credits}{label}"
+
+
+def describe_delivery(shown: api_notifications.NotificationDeliveryOut) -> str:
+    """One line per delivery: id, event type, status, attempts, how the last attempt went, webhook-id."""
+    if shown.last_error:
+        last = shown.last_error
+    elif shown.last_status_code is not None:
+        last = f"HTTP {shown.last_status_code}"
+    else:
+        last = "not sent yet"
+    attempts = plural(shown.attempts, "attempt")
+    return f"{shown.id}\t{shown.event_type}\t{shown.status.value}\t{attempts}\t{last}\t{shown.message_id}"
+
+
+def show_endpoint(endpoint: NotificationEndpoint, as_json: bool) -> None:
+    from pipelines_dagster.api.notifications import EndpointOut
+
+    shown = EndpointOut.of(endpoint)
+    emit(as_json, shown.model_dump(mode="json"), describe_endpoint(shown))
+
+
+@notification.command("create")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--url", required=True, help="Where to POST: an http(s) URL the crawler may reach.")
+@click.option(
+    "--event",
+    "event_types",
+    multiple=True,
+    help="An event to hear of; repeat for more. One of: " + ", ".join(member.value for member in NotificationEvent),
+)
+@click.option("--pipeline", "pipeline_ids", multiple=True, type=int, help="Only this pipeline's events; repeat.")
+@click.option(
+    "--credits-below",
+    type=int,
+    default=None,
+    help="With credits.low, and only then: notify when a charge takes the balance under this many micro-credits.",
+)
+@click.option("--description", default=None, help="What the endpoint is for.")
+@json_option
+@user_errors
+def notification_create(
+    workspace_id: int,
+    url: str,
+    event_types: tuple[str, ...],
+    pipeline_ids: tuple[int, ...],
+    credits_below: int | None,
+    description: str | None,
+    as_json: bool,
+) -> None:
+    """Add a notification endpoint and print the secret its deliveries are signed with (shown once)."""
+    from pipelines_dagster.api.notifications import EndpointOut, NewEndpointOut
+
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        made = notifications.create_endpoint(
+            session,
+            destination_guard(settings),
+            workspace_id=workspace_id,
+            url=url,
+            event_types=event_types,
+            pipeline_ids=list(pipeline_ids) or None,
+            credits_below_micros=credits_below,
+            description=description,
+        )
+        shown = NewEndpointOut(**EndpointOut.of(made.endpoint).model_dump(), secret=made.secret)
+    emit(
+        as_json,
+        shown.model_dump(mode="json"),
+        f"notification endpoint {shown.id} created: {', '.join(shown.event_types)} to {shown.url}\n"
+        "deliveries carry webhook-id, webhook-timestamp and webhook-signature (Standard Webhooks), "
+        f"signed with {shown.secret} (shown once, store it now)",
+    )
+
+
+@notification.command("list")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@json_option
+@user_errors
+def notification_list(workspace_id: int, as_json: bool) -> None:
+    """The workspace's notification endpoints."""
+    from pipelines_dagster.api.notifications import EndpointList, EndpointOut
+
+    with open_sessions(load_settings())() as session:
+        listed = EndpointList(
+            endpoints=[
+                EndpointOut.of(endpoint)
+                for endpoint in notifications.list_endpoints(session, workspace_id=workspace_id)
+            ]
+        )
+    text = "\n".join(describe_endpoint(shown) for shown in listed.endpoints)
+    emit(
+        as_json,
+        {"id": workspace_id, **listed.model_dump(mode="json")},
+        text or f"workspace {workspace_id} has no notification endpoints",
+    )
+
+
+@notification.command("show")
+@endpoint_ref
+@json_option
+@user_errors
+def notification_show(workspace_id: int, endpoint_id: int, as_json: bool) -> None:
+    """One notification endpoint: its URL, state and subscriptions."""
+    with open_sessions(load_settings())() as session:
+        show_endpoint(notifications.get_endpoint(session, workspace_id=workspace_id, endpoint_id=endpoint_id), as_json)
+
+
+@notification.command("delete")
+@endpoint_ref
+@json_option
+@user_errors
+def notification_delete(workspace_id: int, endpoint_id: int, as_json: bool) -> None:
+    """Delete a notification endpoint with its deliveries and their log."""
+    with transaction(open_sessions(load_settings())) as session:
+        notifications.delete_endpoint(session, workspace_id=workspace_id, endpoint_id=endpoint_id)
+    emit(as_json, {"id": endpoint_id, "deleted": True}, f"notification endpoint {endpoint_id} deleted")
+
+
+@notification.command("rotate-secret")
+@endpoint_ref
+@click.option(
+    "--overlap-seconds",
+    default=DEFAULT_ROTATION_OVERLAP_SECONDS,
+    show_default=True,
+    type=int,
+    help="How long deliveries are signed with the current secret too, next to the new one.",
+)
+@json_option
+@user_errors
+def notification_rotate_secret(workspace_id: int, endpoint_id: int, overlap_seconds: int, as_json: bool) -> None:
+    """Give a notification endpoint a new signing secret (printed once)."""
+    from pipelines_dagster.api.notifications import EndpointOut, RotatedEndpointOut
+
+    with transaction(open_sessions(load_settings())) as session:
+        rotated = notifications.rotate_endpoint_secret(
+            session, workspace_id=workspace_id, endpoint_id=endpoint_id, overlap_seconds=overlap_seconds
+        )
+        shown = RotatedEndpointOut(**EndpointOut.of(rotated.endpoint).model_dump(), secret=rotated.secret)
+    previous = (
+        f"deliveries are signed with the previous secret too until {shown.previous_secret_expires_at.isoformat()}"
+        if shown.previous_secret_expires_at
+        else "the previous secret signs no more"
+    )
+    emit(
+        as_json,
+        shown.model_dump(mode="json"),
+        f"notification endpoint {endpoint_id}: new secret {shown.secret} (shown once); {previous}",
+    )
+
+
+def _set_endpoint_enabled(workspace_id: int, endpoint_id: int, enabled: bool, as_json: bool) -> None:
+    with transaction(open_sessions(load_settings())) as session:
+        show_endpoint(
+            notifications.set_endpoint_enabled(
+                session, workspace_id=workspace_id, endpoint_id=endpoint_id, enabled=enabled
+            ),
+            as_json,
+        )
+
+
+@notification.command("enable")
+@endpoint_ref
+@json_option
+@user_errors
+def notification_enable(workspace_id: int, endpoint_id: int, as_json: bool) -> None:
+    """Switch a notification endpoint on again (its failure streak starts over); redrive what failed meanwhile."""
+    _set_endpoint_enabled(workspace_id, endpoint_id, True, as_json)
+
+
+@notification.command("disable")
+@endpoint_ref
+@json_option
+@user_errors
+def notification_disable(workspace_id: int, endpoint_id: int, as_json: bool) -> None:
+    """Switch a notification endpoint off: nothing is queued to it, and its pending deliveries fail."""
+    _set_endpoint_enabled(workspace_id, endpoint_id, False, as_json)
+
+
+@notification.command("test")
+@endpoint_ref
+@json_option
+@user_errors
+def notification_test(workspace_id: int, endpoint_id: int, as_json: bool) -> None:
+    """Send the endpoint a notification.test message now, enabled or not; exits non-zero when it is not taken."""
+    from pipelines_dagster.api.notifications import NotificationDeliveryOut
+    from pipelines_dagster.notifications.sender import Sender
+
+    settings = load_settings()
+    sessions = open_sessions(settings)
+    with transaction(sessions) as session:
+        url = notifications.get_endpoint(session, workspace_id=workspace_id, endpoint_id=endpoint_id).url
+        delivery_id = notifications.queue_test(session, workspace_id=workspace_id, endpoint_id=endpoint_id)
+    results = Sender(sessions, destination_guard(settings)).send_now([delivery_id])
+    if not results:
+        raise click.ClickException(
+            f"test delivery {delivery_id} was taken by another sender; see `pipelines-dagster notification "
+            f"deliveries --workspace {workspace_id} {endpoint_id}`"
+        )
+    [result] = results
+    with sessions() as session:
+        shown = NotificationDeliveryOut.of(
+            notifications.get_delivery(
+                session, workspace_id=workspace_id, endpoint_id=endpoint_id, delivery_id=delivery_id
+            )
+        )
+    answer = f"HTTP {result.status_code}" if result.status_code is not None else "no answer"
+    emit(
+        as_json,
+        shown.model_dump(mode="json"),
+        f"notification endpoint {endpoint_id}: test delivery {delivery_id} (webhook-id {shown.message_id}) "
+        f"to {url}: {answer} in {result.duration_ms} ms",
+    )
+    if not result.succeeded:
+        raise click.ClickException(
+            f"the endpoint did not take the test delivery ({result.error}); it is retried like any delivery, "
+            "or fix the receiver and run `notification test` again"
+        )
+
+
+@notification.command("deliveries")
+@endpoint_ref
+@click.option(
+    "--status",
+    type=click.Choice([member.value for member in DeliveryStatus]),
+    default=None,
+    help="Only deliveries in this status.",
+)
+@click.option(
+    "--limit", default=20, show_default=True, type=int, help=f"Deliveries shown, 1 to {notifications.MAX_LIMIT}."
+)
+@json_option
+@user_errors
+def notification_deliveries(workspace_id: int, endpoint_id: int, status: str | None, limit: int, as_json: bool) -> None:
+    """An endpoint's deliveries, newest first: how each went, and its webhook-id."""
+    from pipelines_dagster.api.notifications import NotificationDeliveryOut
+
+    with open_sessions(load_settings())() as session:
+        listed = [
+            NotificationDeliveryOut.of(delivery)
+            for delivery in notifications.list_deliveries(
+                session, workspace_id=workspace_id, endpoint_id=endpoint_id, status=status, limit=limit
+            )
+        ]
+    emit(
+        as_json,
+        {"id": endpoint_id, "deliveries": [shown.model_dump(mode="json") for shown in listed]},
+        "\n".join(describe_delivery(shown) for shown in listed)
+        or f"notification endpoint {endpoint_id} has no deliveries",
+    )
+
+
+@notification.command("redrive")
+@endpoint_ref
+@click.option(
+    "--delivery",
+    "delivery_ids",
+    multiple=True,
+    type=int,
+    help="A delivery to send again, whatever its status; repeat. Without it, every failed delivery of the endpoint.",
+)
+@json_option
+@user_errors
+def notification_redrive(workspace_id: int, endpoint_id: int, delivery_ids: tuple[int, ...], as_json: bool) -> None:
+    """Send deliveries again under their webhook-ids, from the start of the retry schedule."""
+    from pipelines_dagster.api.notifications import RedriveOut
+
+    try:
+        with transaction(open_sessions(load_settings())) as session:
+            count = notifications.redrive(
+                session, workspace_id=workspace_id, endpoint_id=endpoint_id, delivery_ids=list(delivery_ids) or None
+            )
+    except notifications.EndpointDisabledError as exc:
+        raise click.ClickException(str(exc)) from None
+    emit(
+        as_json,
+        {"id": endpoint_id, **RedriveOut(redriven=count).model_dump(mode="json")},
+        f"notification endpoint {endpoint_id}: {plural(count, 'delivery', 'deliveries')} queued again; "
+        "the notification_sender sensor sends them on its next tick",
+    )

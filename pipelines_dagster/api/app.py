@@ -12,7 +12,7 @@ from importlib.metadata import version
 import dagster as dg
 from fastapi import FastAPI
 
-from pipelines_dagster.api import changes, connectors, documents, pipelines, runs, triggers
+from pipelines_dagster.api import changes, connectors, documents, notifications, pipelines, runs, triggers
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
@@ -20,11 +20,13 @@ from pipelines_dagster.app_db.migrate import require_current
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
+from pipelines_dagster.notifications.sender import Sender
 from pipelines_dagster.resources import build_resources
 from pipelines_dagster.settings import DAGSTER_URL_ENV, Settings, load_settings
 
 DESCRIPTION = """\
-Pipelines, run-now and run history of one workspace of the knowledge base.
+Pipelines, run-now and run history of one workspace of the knowledge base, and the
+notifications its endpoints receive (the webhooks below: signed Standard Webhooks).
 
 Authenticate with the workspace's API token: `Authorization: Bearer <token>`.
 Every route lives under `/workspaces/{workspace_id}` and answers only for the
@@ -81,6 +83,9 @@ def create_app(
         # one per statement (measured: history pages 37 ms unpooled, 12 ms pooled).
         instance.optimize_for_webserver(statement_timeout=15_000, pool_recycle=3600, max_overflow=20)
     sessions = session_factory(engine)
+    # The backends are chosen where the Dagster resources choose them.
+    resources = build_resources(settings)
+    notification_guard = resources["notifications"].guard()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -94,16 +99,19 @@ def create_app(
         version=version("pipelines-dagster"),
         description=DESCRIPTION,
         lifespan=lifespan,
+        webhooks=notifications.messages,
     )
     app.state.services = ApiServices(
         sessions=sessions,
         instance=instance,
         # Run pages link to the Dagster UI only where a deployment names its address.
         history=RunHistory(instance, sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV)),
-        # The backend is chosen where the Dagster resources choose it.
-        blob_store=build_resources(settings)["blob_store"].store(),
+        blob_store=resources["blob_store"].store(),
         launcher=launcher or GraphQLLauncher(),
         site_max_pages_cap=settings.site_max_pages_cap,
+        notification_guard=notification_guard,
+        # Over the app's own sessions: the resource's sender would open an engine of its own.
+        notification_sender=Sender(sessions, notification_guard),
     )
     install_error_handlers(app)
     _redact_access_log()
@@ -115,6 +123,7 @@ def create_app(
         documents.router,
         triggers.router,
         triggers.webhooks,
+        notifications.router,
     ):
         app.include_router(router)
     return app

@@ -1,4 +1,4 @@
-"""A pipeline's page-change timeline: which pages were new, changed or removed, newest first."""
+"""A pipeline's page-change timeline: which pages were new, changed or removed, newest first, and one change."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, Field
 from pydantic.json_schema import SkipJsonSchema
 
@@ -14,8 +14,9 @@ from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
+from pipelines_dagster.api.schemas import MAX_ID
 from pipelines_dagster.core import catalog
-from pipelines_dagster.core.page_changes import MAX_LIMIT, ChangeStatus, PageChangeView, list_changes
+from pipelines_dagster.core.page_changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])
 
@@ -77,3 +78,17 @@ def list_page_changes(
         changes=[PageChangeOut.model_validate(row, from_attributes=True) for row in rows],
         next_cursor=str(next_id) if next_id is not None else None,
     )
+
+
+@router.get("/{pipeline_id}/changes/{change_id}", responses=responses(401, 404, 422, 503))
+def get_page_change(
+    workspace_id: WorkspaceId,
+    pipeline_id: PipelineId,
+    change_id: Annotated[int, Path(ge=1, le=MAX_ID)],
+    api: Api,
+) -> PageChangeOut:
+    """One page change; a changed page's carries its unified diff. A pages.changed notification links here."""
+    with api.sessions() as session:
+        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        change = get_change(session, workspace_id=workspace_id, pipeline_id=pipeline_id, change_id=change_id)
+    return PageChangeOut.model_validate(change, from_attributes=True)

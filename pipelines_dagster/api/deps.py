@@ -12,6 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.core.blob import BlobStore
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.launch import Launcher
+from pipelines_dagster.notifications.destination import DestinationGuard
+from pipelines_dagster.notifications.sender import Sender
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +25,10 @@ class ApiServices:
     launcher: Launcher
     site_max_pages_cap: int
     """The most pages a site crawl may be set to fetch (PIPELINES_SITE_MAX_PAGES_CAP)."""
+    notification_guard: DestinationGuard
+    """Where notification endpoints may point: where the crawler may go."""
+    notification_sender: Sender
+    """Sends a test message at once, over the app's own sessions."""
 
 
 def get_services(request: Request) -> ApiServices:

@@ -24,13 +24,14 @@ from pipelines_dagster.core.catalog import NotFoundError, SystemManagedError
 from pipelines_dagster.core.run_engine import RunRefused
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError
+from pipelines_dagster.notifications.endpoints import EndpointDisabledError
 
 log = logging.getLogger(__name__)
 
 _DESCRIPTIONS = {
     401: "Missing, unknown or revoked API token.",
     404: "Not found, or not in the token's workspace.",
-    409: "The pipeline cannot do this now; the detail says why.",
+    409: "The pipeline or endpoint cannot do this now; the detail says why.",
     422: "Invalid input: one entry per field that needs fixing.",
     502: "The Dagster webserver answered but did not launch the run.",
     503: "A service the request needs (Dagster webserver, app database) is not reachable.",
@@ -98,7 +99,7 @@ async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
     return _detail(status.HTTP_404_NOT_FOUND, str(exc))
 
 
-async def _conflict(request: Request, exc: RunRefused | SystemManagedError) -> JSONResponse:
+async def _conflict(request: Request, exc: RunRefused | SystemManagedError | EndpointDisabledError) -> JSONResponse:
     return _detail(status.HTTP_409_CONFLICT, str(exc))
 
 
@@ -175,6 +176,7 @@ def install_error_handlers(app: FastAPI) -> None:
     _handle(app, NotFoundError, _not_found)
     _handle(app, RunRefused, _conflict)
     _handle(app, SystemManagedError, _conflict)
+    _handle(app, EndpointDisabledError, _conflict)
     _handle(app, DagsterUnavailableError, _dagster_unavailable)
     _handle(app, LaunchFailedError, _launch_failed)
     _handle(app, sa.exc.OperationalError, _database_unreachable)

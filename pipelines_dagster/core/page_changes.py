@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange, PageChangeStatus, PageState
+from pipelines_dagster.core.catalog import NotFoundError
 from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, GONE_HTTP_STATUSES, chunks, content_hash
 
@@ -271,3 +272,11 @@ def list_changes(
     found = list(session.scalars(query.order_by(PageChange.id.desc()).limit(limit + 1)))
     rows = [PageChangeView.model_validate(change) for change in found[:limit]]
     return rows, (rows[-1].id if len(found) > limit else None)
+
+
+def get_change(session: Session, *, workspace_id: int, pipeline_id: int, change_id: int) -> PageChangeView:
+    """One timeline row of a pipeline, with its diff; NotFoundError when it is not that pipeline's."""
+    change = session.get(PageChange, change_id)
+    if change is None or change.workspace_id != workspace_id or change.pipeline_id != pipeline_id:
+        raise NotFoundError(f"pipeline {pipeline_id} has no page change {change_id}")
+    return PageChangeView.model_validate(change)

@@ -34,6 +34,10 @@ MAX_CREDITS_THRESHOLD_MICROS = 10**12
 MAX_LIMIT = 100
 
 
+class EndpointDisabledError(Exception):
+    """The endpoint is disabled, so what was asked cannot be done now; the message says what to do."""
+
+
 @dataclass(frozen=True)
 class NewEndpoint:
     endpoint: NotificationEndpoint
@@ -251,13 +255,16 @@ def redrive(
     now: datetime | None = None,
 ) -> int:
     """Send deliveries again, from the first step of the retry schedule, with the same webhook-id and
-    body: the ones named, or (none named) every failed one of the endpoint. How many were redriven."""
+    body: the ones named, or (none named) every failed one of the endpoint. How many were redriven.
+    Test messages are not: each is sent once, by the test that made it."""
     endpoint = get_endpoint(session, workspace_id=workspace_id, endpoint_id=endpoint_id)
     if not endpoint.enabled:
-        raise InvalidInputError(
-            "endpoint", f"notification endpoint {endpoint_id} is disabled ({endpoint.disabled_reason}); enable it first"
+        raise EndpointDisabledError(
+            f"notification endpoint {endpoint_id} is disabled ({endpoint.disabled_reason}); enable it first"
         )
-    query = sa.update(NotificationDelivery).where(NotificationDelivery.endpoint_id == endpoint_id)
+    query = sa.update(NotificationDelivery).where(
+        NotificationDelivery.endpoint_id == endpoint_id, NotificationDelivery.event_type != TEST_EVENT
+    )
     if delivery_ids is None:
         query = query.where(NotificationDelivery.status == DeliveryStatus.FAILED.value)
     else:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import httpx
@@ -49,6 +50,27 @@ PIPELINE_OPERATIONS = frozenset(
         f"GET {RUN}/result",
     }
 )
+NOTIFICATIONS = "/workspaces/{workspace_id}/notifications"
+ENDPOINT = f"{NOTIFICATIONS}/{{endpoint_id}}"
+# The notifications router's operations, and the page change its pages.changed messages link to.
+NOTIFICATION_OPERATIONS = frozenset(
+    {
+        f"GET {NOTIFICATIONS}",
+        f"POST {NOTIFICATIONS}",
+        f"GET {ENDPOINT}",
+        f"DELETE {ENDPOINT}",
+        f"POST {ENDPOINT}/rotate-secret",
+        f"POST {ENDPOINT}/enable",
+        f"POST {ENDPOINT}/disable",
+        f"POST {ENDPOINT}/test",
+        f"GET {ENDPOINT}/deliveries",
+        f"GET {ENDPOINT}/deliveries/{{delivery_id}}",
+        f"POST {ENDPOINT}/redrive",
+        f"GET {PIPELINE}/changes/{{change_id}}",
+    }
+)
+# Settings that let notifications (and crawls) reach the tests' receivers on 127.0.0.1.
+LOOPBACK_ALLOWED = {"crawler_allowed_networks": "127.0.0.1/32"}
 
 
 def free_port() -> int:
@@ -135,13 +157,20 @@ def dagster_webserver(tmp_path_factory) -> Iterator[Webserver]:
 
 
 def settings_for(
-    engine: sa.Engine, data_dir: Path, *, blob_store: str | None = None, s3_endpoint_url: str | None = None
+    engine: sa.Engine,
+    data_dir: Path,
+    *,
+    blob_store: str | None = None,
+    s3_endpoint_url: str | None = None,
+    **overrides: Any,
 ) -> Settings:
+    """Settings over this app database and blob store; `overrides` set any other setting."""
     return load_settings(
         data_dir=data_dir,
         database_url=engine.url.render_as_string(hide_password=False),
         blob_store=blob_store or str(data_dir / "blobs"),
         s3_endpoint_url=s3_endpoint_url,
+        **overrides,
     )
 
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import ApiToken
 from pipelines_dagster.core.catalog import hash_token
-from tests.api.conftest import PIPELINE_OPERATIONS, Tenant, issue_token
+from tests.api.conftest import NOTIFICATION_OPERATIONS, PIPELINE_OPERATIONS, Tenant, issue_token
 
 
 def every_route(client, workspace_id: int) -> list[tuple[str, str]]:
@@ -22,13 +22,16 @@ def every_route(client, workspace_id: int) -> list[tuple[str, str]]:
         if path.startswith("/workspaces/{workspace_id}/")
         for method in operations
     }
-    assert declared >= PIPELINE_OPERATIONS
+    assert declared >= PIPELINE_OPERATIONS | NOTIFICATION_OPERATIONS
     values = {
         "workspace_id": workspace_id,
         "pipeline_id": 1,
         "connector_id": 1,
         "run_id": uuid.uuid4(),
         "trigger_id": 1,
+        "change_id": 1,
+        "endpoint_id": 1,
+        "delivery_id": 1,
     }
     return [(label.split(" ")[0], label.split(" ")[1].format(**values)) for label in sorted(declared)]
 

@@ -4,17 +4,19 @@ Two passes over every operation, with a valid token of a seeded workspace, again
 real app, app database, Dagster webserver and instance, blob store and a real run:
 
 - `deep` pins ids to real rows (the token's workspace, a pipeline with a real run, its
-  connector in new pipelines; DELETE gets a pipeline of its own), so generated bodies and
-  queries reach the handlers' work. It generates valid requests only: Schemathesis swaps a
-  pinned id back into a request it generated as invalid there, and would then report the
-  valid request's success as a failure;
+  connector in new pipelines, a page change of it, a notification endpoint on the loopback
+  site with a delivery; DELETE gets a pipeline and an endpoint of its own), so generated
+  bodies and queries reach the handlers' work. It generates valid requests only:
+  Schemathesis swaps a pinned id back into a request it generated as invalid there, and
+  would then report the valid request's success as a failure;
 - `wide` pins nothing and generates valid and invalid requests, every path id included.
 
 All of Schemathesis's checks run. One is tuned, not dropped: `positive_data_acceptance`
 also accepts 422, because the API refuses some schema-valid input on purpose, with a
 message for the field: rules JSON Schema cannot state (a cron expression's fields, IANA
-zone names, the URL rules, cron and timezone only together) and references to rows
-(a connector or folder of another workspace, a pipeline name already taken).
+zone names, the URL rules and the destination guard, cron and timezone only together, a
+credits.low threshold only with credits.low) and references to rows (a connector or folder
+of another workspace, a pipeline name already taken), or a redrive of a disabled endpoint.
 """
 
 from __future__ import annotations
@@ -24,17 +26,35 @@ from dataclasses import dataclass
 import pytest
 import schemathesis
 import schemathesis.engine
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from schemathesis.engine import Status, events
 
 from pipelines_dagster import services
 from pipelines_dagster.api import create_app
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.app_db.models import PageChange, Pipeline
+from pipelines_dagster.core.crawl_record import CrawlRecord
+from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.page_changes import record_changes
+from pipelines_dagster.notifications.destination import DestinationGuard
+from pipelines_dagster.notifications.endpoints import create_endpoint, queue_test
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
-from tests.api.conftest import PIPELINE, PIPELINE_OPERATIONS, PIPELINES, RUN, Webserver, issue_token, settings_for
+from tests.api.conftest import (
+    ENDPOINT,
+    LOOPBACK_ALLOWED,
+    NOTIFICATION_OPERATIONS,
+    PIPELINE,
+    PIPELINE_OPERATIONS,
+    PIPELINES,
+    RUN,
+    Webserver,
+    issue_token,
+    settings_for,
+)
 from tests.assets.conftest import Stack
+from tests.support.web import Reply
 
 EXAMPLES_PER_OPERATION = 25
 # A fixed seed: a failure found here shows up again on the next run, and on CI.
@@ -51,6 +71,10 @@ class Seeded:
     doomed_pipeline_id: int
     run_id: str
     blob_root: str
+    change_id: int
+    endpoint_id: int
+    doomed_endpoint_id: int
+    delivery_id: int
 
 
 @pytest.fixture
@@ -71,6 +95,24 @@ def seeded(dagster_webserver: Webserver, web, tmp_path) -> Seeded:
         doomed = services.create_pipeline(
             session, dagster_webserver.instance, workspace_id=workspace_id, connector_id=connector_id, name="doomed"
         ).id
+    record_changes(
+        dagster_webserver.sessions,
+        workspace_id=workspace_id,
+        pipeline_id=pipeline_id,
+        run_id=run.run_id,
+        records=[CrawlRecord(url=web.url("/p0"), status="success", content="Seen.", http_status=200)],
+    )
+    web.route("/hook", Reply(status=204, content_type=None))
+    guard = DestinationGuard(NetworkPolicy(allowed_networks=("127.0.0.1/32",)))
+    with transaction(dagster_webserver.sessions) as session:
+        change_id = session.scalar(sa.select(sa.func.max(PageChange.id)).where(PageChange.pipeline_id == pipeline_id))
+        endpoint_ids = [
+            create_endpoint(
+                session, guard, workspace_id=workspace_id, url=web.url("/hook"), event_types=["run.failed"]
+            ).endpoint.id
+            for _ in range(2)
+        ]
+        delivery_id = queue_test(session, workspace_id=workspace_id, endpoint_id=endpoint_ids[0])
     return Seeded(
         token=issue_token(dagster_webserver.sessions, workspace_id),
         workspace_id=workspace_id,
@@ -79,16 +121,22 @@ def seeded(dagster_webserver: Webserver, web, tmp_path) -> Seeded:
         doomed_pipeline_id=doomed,
         run_id=run.run_id,
         blob_root=deployment.blob_store.root,
+        change_id=change_id,
+        endpoint_id=endpoint_ids[0],
+        doomed_endpoint_id=endpoint_ids[1],
+        delivery_id=delivery_id,
     )
 
 
 def api_schema(data: Seeded, dagster_webserver: Webserver, data_dir, *, deep: bool):
     app = create_app(
-        settings=settings_for(dagster_webserver.engine, data_dir, blob_store=data.blob_root),
+        # The seeded endpoint's receiver is on the loopback site, where test sends go for real.
+        settings=settings_for(dagster_webserver.engine, data_dir, blob_store=data.blob_root, **LOOPBACK_ALLOWED),
         instance=dagster_webserver.instance,
         launcher=dagster_webserver.launcher(),
     )
     main = {"pipeline_id": data.pipeline_id}
+    endpoint = {"endpoint_id": data.endpoint_id}
     pins = {
         f"POST {PIPELINES}": {"body.connector_id": data.connector_id},
         f"GET {PIPELINE}": main,
@@ -99,6 +147,16 @@ def api_schema(data: Seeded, dagster_webserver: Webserver, data_dir, *, deep: bo
         f"GET {PIPELINE}/documents": main,
         f"GET {RUN}": {**main, "run_id": data.run_id},
         f"GET {RUN}/result": {**main, "run_id": data.run_id},
+        f"GET {PIPELINE}/changes/{{change_id}}": {**main, "change_id": data.change_id},
+        f"GET {ENDPOINT}": endpoint,
+        f"DELETE {ENDPOINT}": {"endpoint_id": data.doomed_endpoint_id},
+        f"POST {ENDPOINT}/rotate-secret": endpoint,
+        f"POST {ENDPOINT}/enable": endpoint,
+        f"POST {ENDPOINT}/disable": endpoint,
+        f"POST {ENDPOINT}/test": endpoint,
+        f"GET {ENDPOINT}/deliveries": endpoint,
+        f"POST {ENDPOINT}/redrive": endpoint,
+        f"GET {ENDPOINT}/deliveries/{{delivery_id}}": {**endpoint, "delivery_id": data.delivery_id},
     }
     pinned = [{"include-name": name, "parameters": values} for name, values in pins.items()] if deep else None
     config = schemathesis.Config.from_dict(
@@ -148,4 +206,4 @@ def test_the_api_keeps_to_its_openapi_document(seeded, dagster_webserver, tmp_pa
         problems, exercised = problems_found(schema)
     assert not problems, "\n\n".join(dict.fromkeys(problems))
     operations = {result.ok().label for result in schema.get_all_operations()}
-    assert PIPELINE_OPERATIONS <= operations <= exercised, operations - exercised
+    assert PIPELINE_OPERATIONS | NOTIFICATION_OPERATIONS <= operations <= exercised, operations - exercised

@@ -22,6 +22,7 @@ from pipelines_dagster.core.network_policy import NetworkPolicy
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import (
+    EndpointDisabledError,
     create_endpoint,
     delivery_attempts,
     queue_test,
@@ -347,3 +348,10 @@ def test_a_test_message_is_sent_once_even_to_a_disabled_endpoint_and_says_nothin
     assert send.send_due().sent == 0 and len(posts(receiver)) == 1
     with sessions() as session:
         assert session.get(NotificationEndpoint, created.endpoint.id).failing_since is None
+    # Nor is it redriven with the endpoint's failed deliveries: a test is sent by the test that made it.
+    with transaction(sessions) as session:
+        set_endpoint_enabled(session, workspace_id=workspace, endpoint_id=created.endpoint.id, enabled=True)
+        assert redrive(session, workspace_id=workspace, endpoint_id=created.endpoint.id) == 0
+    with transaction(sessions) as session, pytest.raises(EndpointDisabledError, match="enable it first"):
+        set_endpoint_enabled(session, workspace_id=workspace, endpoint_id=created.endpoint.id, enabled=False)
+        redrive(session, workspace_id=workspace, endpoint_id=created.endpoint.id)

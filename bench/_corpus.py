@@ -28,7 +28,7 @@ from email.utils import formatdate, parsedate_to_datetime
 from hashlib import sha256
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -781,12 +781,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class CorpusServer:
-    """The corpus served by `_corpus.py serve` in a child process on 127.0.0.1."""
+class ServerProcess:
+    """An HTTP server in a child process on 127.0.0.1: `command` with a free port appended, ready
+    once GET `ready_path` answers."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    name = "server"
+
+    def __init__(self, command: list[str], *, ready_path: str) -> None:
         self.port = free_port()
+        self._command = [*command, str(self.port)]
+        self._ready_path = ready_path
         self._process: subprocess.Popen[bytes] | None = None
 
     def url(self, path: str) -> str:
@@ -797,20 +801,19 @@ class CorpusServer:
         assert self._process is not None
         return self._process.pid
 
-    def __enter__(self) -> CorpusServer:
-        command = [sys.executable, str(Path(__file__).resolve()), "serve", str(self.root), str(self.port)]
-        self._process = subprocess.Popen(command)
+    def __enter__(self) -> Self:
+        self._process = subprocess.Popen(self._command)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise SystemExit(f"the corpus server exited with code {self._process.returncode}")
+                raise SystemExit(f"the {self.name} exited with code {self._process.returncode}")
             try:
-                urllib.request.urlopen(self.url("/robots.txt"), timeout=1).close()
+                urllib.request.urlopen(self.url(self._ready_path), timeout=1).close()
                 return self
             except (urllib.error.URLError, OSError):
                 time.sleep(0.1)
         self.__exit__()
-        raise SystemExit("the corpus server did not answer within 60 s")
+        raise SystemExit(f"the {self.name} did not answer within 60 s")
 
     def __exit__(self, *exc_info: object) -> None:
         if self._process is not None:
@@ -821,6 +824,16 @@ class CorpusServer:
                 self._process.kill()
                 self._process.wait()
             self._process = None
+
+
+class CorpusServer(ServerProcess):
+    """The corpus served by `_corpus.py serve` in a child process on 127.0.0.1."""
+
+    name = "corpus server"
+
+    def __init__(self, root: Path) -> None:
+        super().__init__([sys.executable, str(Path(__file__).resolve()), "serve", str(root)], ready_path="/robots.txt")
+        self.root = root
 
 
 def _serve(root: Path, port: int) -> None:
@@ -1172,6 +1185,138 @@ class EmbeddedHome:
     def pipeline(self, urls: list[str], *, name: str, site: Any = None) -> tuple[int, int]:
         """A KB pipeline over `urls` (or discovering `site`, a SiteConfig): (workspace id, pipeline id)."""
         return seed_pipeline(self.sessions, self.instance, urls, name=name, save_to_kb=True, site=site)
+
+
+BIN = Path(sys.executable).parent
+LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries {
+  name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+# Our code location as a workspace.yaml entry, under the name the benches look for.
+OUR_LOCATION = "pipelines_dagster"
+OUR_LOCATION_YAML = f"""  - python_module:
+      module_name: pipelines_dagster.definitions
+      working_directory: {REPO}
+      location_name: {OUR_LOCATION}
+"""
+
+
+def wait_for(what: str, check: Callable[[], Any], *, timeout: float, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(every)
+    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def dagster_dev_parts(root_pid: int) -> Iterator[tuple[str, Any, str]]:
+    """Each live process of a `dagster dev` tree as (part, psutil process, command line). The parts:
+    "code server" (a location's `dagster api grpc` server: it evaluates the location's sensors and
+    reaps its runs), "code server proxy" (`dagster code-server start`, which starts that one),
+    "daemon", "webserver", "dagster dev", and "other" (runs and their workers)."""
+    import psutil
+
+    root = psutil.Process(root_pid)
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            command = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        if " api grpc " in command:
+            part = "code server"
+        elif "code-server start" in command:
+            part = "code server proxy"
+        elif "dagster._daemon" in command:
+            part = "daemon"
+        elif "dagster_webserver" in command:
+            part = "webserver"
+        elif process.pid == root_pid:
+            part = "dagster dev"
+        else:
+            part = "other"
+        yield part, process, command
+
+
+class DagsterDev:
+    """`dagster dev` over the code locations `workspace_yaml` lists (their names in `locations`) on
+    an embedded default (`EmbeddedHome`, with PIPELINES_DAGSTER_URL naming the port), whose app
+    database and Dagster instance this process shares. Started, it has every location loaded and
+    each of `sensors` ticked once."""
+
+    def __init__(
+        self, home: EmbeddedHome, *, workspace_yaml: str, locations: tuple[str, ...], sensors: tuple[str, ...]
+    ) -> None:
+        self.embedded = home
+        self.root = home.dir
+        self.url = home.env["PIPELINES_DAGSTER_URL"]
+        self.port = int(self.url.rsplit(":", 1)[1])
+        self.home = Path(home.env["DAGSTER_HOME"])
+        self.sessions, self.instance = home.sessions, home.instance
+        self.workspace_yaml = workspace_yaml
+        self.locations = locations
+        self.sensors = sensors
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        workspace = self.root / "workspace.yaml"
+        workspace.write_text(self.workspace_yaml)
+        self.log = (self.root / "dagster-dev.log").open("wb")
+        self.process = subprocess.Popen(
+            [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(self.port)],
+            cwd=self.root,
+            env=self.embedded.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_for("the code locations to load", self._locations_loaded, timeout=180, every=0.5)
+        # Every sensor named has ticked once: the daemon is up and the next tick of each is at most
+        # its interval away.
+        wait_for("the daemon's first sensor ticks", self._sensors_ticked, timeout=120, every=0.5)
+
+    def _locations_loaded(self) -> bool:
+        import httpx
+
+        if self.process is not None and self.process.poll() is not None:
+            raise SystemExit(f"dagster dev exited with code {self.process.returncode}; see {self.log.name}")
+        try:
+            answer = httpx.post(f"{self.url}/graphql", json={"query": LOCATIONS_QUERY}, timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        entries = {entry["name"]: entry for entry in answer["data"]["workspaceOrError"]["locationEntries"]}
+        for name in self.locations:
+            error = (entries.get(name) or {}).get("locationOrLoadError") or {}
+            if error.get("__typename") == "PythonError":
+                raise SystemExit(f"code location {name} failed to load: {error['message']}")
+        return all((entries.get(name) or {}).get("loadStatus") == "LOADED" for name in self.locations)
+
+    def _sensors_ticked(self) -> bool:
+        return all(self.ticks(name, limit=1) for name in self.sensors)
+
+    def ticks(self, sensor: str, *, after: float | None = None, limit: int | None = None) -> list[Any]:
+        """The sensor's ticks (since `after`, epoch seconds), newest first."""
+        state = next((state for state in self.instance.all_instigator_state() if state.name == sensor), None)
+        if state is None:
+            return []
+        return list(self.instance.get_ticks(state.instigator_origin_id, state.selector_id, after=after, limit=limit))
+
+    def code_server(self, location: str) -> Any:
+        """The psutil process of `location`'s code server, the one that evaluates its sensors."""
+        assert self.process is not None
+        for part, process, command in dagster_dev_parts(self.process.pid):
+            if part == "code server" and f"--location-name {location}" in command:
+                return process
+        raise SystemExit(f"no code server process for the code location {location}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            import signal
+
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
 
 
 RESULT_PREFIX = "BENCH-RESULT "

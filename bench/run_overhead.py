@@ -23,43 +23,43 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-from _corpus import REPO, EmbeddedHome, KiB, free_port, served_corpus
+from _corpus import (
+    OUR_LOCATION,
+    OUR_LOCATION_YAML,
+    REPO,
+    DagsterDev,
+    EmbeddedHome,
+    KiB,
+    dagster_dev_parts,
+    free_port,
+    served_corpus,
+    wait_for,
+)
 
-BIN = Path(sys.executable).parent
 SEED = 20261201
 RATIO_TARGET = 0.8
 MANUAL_TARGET_SECONDS = 3.0
 BATCHED_TARGET = 3.0
 # A schedule that never falls due by itself: the bench sets when it is due.
 NEVER = "0 0 29 2 *"
-LOCATIONS = ("pipelines_dagster", "floor")
+LOCATIONS = (OUR_LOCATION, "floor")
 
-WORKSPACE_YAML = """load_from:
-  - python_module:
-      module_name: pipelines_dagster.definitions
-      working_directory: {repo}
-      location_name: pipelines_dagster
-  - python_file:
-      relative_path: {floor}
-      working_directory: {bench}
+WORKSPACE_YAML = f"""load_from:
+{OUR_LOCATION_YAML}  - python_file:
+      relative_path: {REPO / "bench" / "_floor.py"}
+      working_directory: {REPO / "bench"}
       location_name: floor
 """
-LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries {
-  name loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
 
 
 def cpu_snapshot(root_pid: int) -> dict[str, float]:
@@ -68,25 +68,16 @@ def cpu_snapshot(root_pid: int) -> dict[str, float]:
     import psutil
 
     parts: dict[str, float] = {}
-    root = psutil.Process(root_pid)
-    for process in [root, *root.children(recursive=True)]:
+    for part, process, _command in dagster_dev_parts(root_pid):
         try:
-            command = " ".join(process.cmdline())
             times = process.cpu_times()
         except psutil.Error:
             continue
-        own = times.user + times.system
-        if " api grpc " in command:
-            parts["code servers"] = parts.get("code servers", 0.0) + own
+        name = "code servers" if part.startswith("code server") else part
+        if name != "other":
+            parts[name] = parts.get(name, 0.0) + times.user + times.system
+        if part == "code server":
             parts["runs"] = parts.get("runs", 0.0) + times.children_user + times.children_system
-        elif "code-server start" in command:
-            parts["code servers"] = parts.get("code servers", 0.0) + own
-        elif "dagster._daemon" in command:
-            parts["daemon"] = parts.get("daemon", 0.0) + own
-        elif "dagster_webserver" in command:
-            parts["webserver"] = parts.get("webserver", 0.0) + own
-        elif process.pid == root_pid:
-            parts["dagster dev"] = own
     return parts
 
 
@@ -110,78 +101,15 @@ class CpuMeter:
         return f"{self.total / count:.2f} CPU-s per {per} ({detail})"
 
 
-def wait_for(what: str, check: Callable[[], Any], *, timeout: float, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(every)
-    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-class Deployment:
+class Deployment(DagsterDev):
     """`dagster dev` over both code locations on an embedded default (`_corpus.EmbeddedHome`), whose
     app database and Dagster instance this process shares."""
 
     def __init__(self, home: EmbeddedHome, trigger_file: Path) -> None:
-        self.embedded = home
-        self.root = home.dir
-        self.trigger_file = trigger_file
-        self.port = int(home.env["PIPELINES_DAGSTER_URL"].rsplit(":", 1)[1])
-        self.url = home.env["PIPELINES_DAGSTER_URL"]
-        self.home = Path(home.env["DAGSTER_HOME"])
-        self.sessions, self.instance = home.sessions, home.instance
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        workspace = self.root / "workspace.yaml"
-        workspace.write_text(WORKSPACE_YAML.format(repo=REPO, bench=REPO / "bench", floor=REPO / "bench" / "_floor.py"))
-        self.log = (self.root / "dagster-dev.log").open("wb")
-        self.process = subprocess.Popen(
-            [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(self.port)],
-            cwd=self.root,
-            env=self.embedded.env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        super().__init__(
+            home, workspace_yaml=WORKSPACE_YAML, locations=LOCATIONS, sensors=("floor_sensor", "pipeline_events")
         )
-        wait_for("both code locations to load", self._locations_loaded, timeout=180, every=0.5)
-        # Every sensor has ticked once: the daemon is up and the next tick of each is at most 5 s away.
-        wait_for("the daemon's first sensor ticks", self._sensors_ticked, timeout=120, every=0.5)
-
-    def _locations_loaded(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise SystemExit(f"dagster dev exited with code {self.process.returncode}; see {self.log.name}")
-        try:
-            answer = httpx.post(f"{self.url}/graphql", json={"query": LOCATIONS_QUERY}, timeout=5).json()
-        except (httpx.HTTPError, ValueError):
-            return False
-        entries = {entry["name"]: entry for entry in answer["data"]["workspaceOrError"]["locationEntries"]}
-        for name in LOCATIONS:
-            error = (entries.get(name) or {}).get("locationOrLoadError") or {}
-            if error.get("__typename") == "PythonError":
-                raise SystemExit(f"code location {name} failed to load: {error['message']}")
-        return all((entries.get(name) or {}).get("loadStatus") == "LOADED" for name in LOCATIONS)
-
-    def _sensors_ticked(self) -> bool:
-        states = {state.name: state for state in self.instance.all_instigator_state()}
-        ticked = [
-            self.instance.get_ticks(states[name].instigator_origin_id, states[name].selector_id, limit=1)
-            for name in ("floor_sensor", "pipeline_events")
-            if name in states
-        ]
-        return len(ticked) == 2 and all(ticked)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            import signal
-
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        self.trigger_file = trigger_file
 
     def finished_runs(self, tags: dict[str, str], count: int, *, timeout: float) -> list[Any]:
         """The run records of `count` runs carrying `tags`, once all have finished."""

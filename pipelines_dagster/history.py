@@ -24,6 +24,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.batch import OP_NAME, pipeline_batch
+from pipelines_dagster.core.costs import ChargedRun, run_charges
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.runs import (
@@ -102,7 +103,14 @@ class PipelineRunView(pydantic.BaseModel):
     documents_created: int | None
     documents_updated: int | None
     documents_unchanged: int | None
-    charged_micros: int | None
+    charged_micros: int | None = pydantic.Field(
+        description="The crawl's charge, in micro-credits: one per root run, shared by the runs that retry or "
+        "re-execute it."
+    )
+    new_charge_micros: int | None = pydantic.Field(
+        description="What this run charged itself: its charged_micros when it made the charge, 0 when it found "
+        "it made (a retry or a re-execution). Summed over runs, each charge counts once."
+    )
     blob_key: str | None
     error: str | None
     dagster_url: str | None
@@ -366,6 +374,18 @@ class RunHistory:
         if members is None:
             members = self._member_events([entry for entry in entries if entry.batch])
         errors = self._failures(list({entry.run.run_id: entry.record for entry in entries}.values()))
+        with self._sessions() as session:
+            charges = run_charges(
+                session,
+                (
+                    ChargedRun(
+                        run_id=entry.run.run_id,
+                        root_run_id=entry.run.root_run_id or entry.run.run_id,
+                        partition_key=partition_key(entry.pipeline_id),
+                    )
+                    for entry in entries
+                ),
+            )
         views = []
         for entry in entries:
             run, record = entry.run, entry.record
@@ -383,6 +403,7 @@ class RunHistory:
                 crawl, kb = CrawlMetadata.of_event(crawls.get(entry.key)), _metadata(documents.get(entry.key))
                 started_at, finished_at = _from_timestamp(record.start_time), _from_timestamp(record.end_time)
                 error = errors.get(run.run_id)
+            charge = charges.get((run.run_id, partition_key(entry.pipeline_id)))
             views.append(
                 PipelineRunView(
                     run_id=run.run_id,
@@ -401,7 +422,9 @@ class RunHistory:
                     documents_created=_int(kb, "documents_created"),
                     documents_updated=_int(kb, "documents_updated"),
                     documents_unchanged=_int(kb, "documents_unchanged"),
-                    charged_micros=crawl.charged_micros,
+                    charged_micros=charge.shared_micros if charge else crawl.charged_micros,
+                    # No ledger entry: billing is off (nothing charged), or the run never crawled.
+                    new_charge_micros=charge.new_micros if charge else None if crawl.charged_micros is None else 0,
                     blob_key=crawl.blob_key,
                     error=error,
                     dagster_url=f"{self._ui_base_url}/runs/{run.run_id}" if self._ui_base_url else None,

@@ -328,6 +328,7 @@ def run_failed(workspace_id: int) -> RunEventData:
         crawls=CrawlCounts(attempted=None, succeeded=None, empty=None, failed=None),
         documents=DocumentCounts(created=None, updated=None, unchanged=None),
         charged_micros=None,
+        new_charge_micros=None,
         error="the site did not answer",
         will_retry=False,
         run_url=None,

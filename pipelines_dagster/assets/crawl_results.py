@@ -8,6 +8,7 @@ import dagster as dg
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
 from pipelines_dagster.assets.partition import partition_pipeline, refused
+from pipelines_dagster.core.costs import crawl_charge_key
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
@@ -89,7 +90,7 @@ def crawl_partition(
     try:
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
-        charge_key = f"crawl:{run.root_run_id or run.run_id}:{partition_key}"
+        charge_key = crawl_charge_key(run.root_run_id or run.run_id, partition_key)
         report = execute_crawl(
             plan,
             run_id=run.run_id,

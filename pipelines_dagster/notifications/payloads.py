@@ -70,7 +70,12 @@ class RunEventData(pydantic.BaseModel):
     duration_seconds: float | None
     crawls: CrawlCounts
     documents: DocumentCounts
-    charged_micros: int | None = pydantic.Field(description="What the run's crawl charged, in micro-credits.")
+    charged_micros: int | None = pydantic.Field(
+        description="The crawl's charge, in micro-credits, shared by the runs that retry or re-execute it."
+    )
+    new_charge_micros: int | None = pydantic.Field(
+        description="What this run charged itself (0 when a retry or re-execution found the charge made)."
+    )
     error: str | None = pydantic.Field(description="Why a failed run failed.")
     will_retry: bool = pydantic.Field(description="Dagster will retry this failed run (its process died).")
     run_url: str | None = pydantic.Field(description="The run in the Dagster UI, where the deployment names it.")

@@ -42,6 +42,7 @@ def run_event(view: PipelineRunView, *, will_retry: bool) -> RunEventData:
             created=view.documents_created, updated=view.documents_updated, unchanged=view.documents_unchanged
         ),
         charged_micros=view.charged_micros,
+        new_charge_micros=view.new_charge_micros,
         error=view.error,
         will_retry=will_retry and view.status == "failed",
         run_url=view.dagster_url,

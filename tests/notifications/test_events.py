@@ -96,6 +96,7 @@ def test_a_succeeded_run_brings_one_run_succeeded_with_counts_duration_and_charg
     assert data["documents"] == {"created": 2, "updated": 0, "unchanged": 0}
     balance = Billing(embedded.sessions, enabled=True, micros_per_crawl=embedded.micros_per_crawl).balance(workspace_id)
     assert data["charged_micros"] == 2 * embedded.micros_per_crawl == 10 * embedded.micros_per_crawl - balance
+    assert data["new_charge_micros"] == data["charged_micros"]  # this run made the charge
     stats = embedded.instance.get_run_stats(run.run_id)
     assert data["duration_seconds"] == pytest.approx(stats.end_time - stats.start_time, abs=0.01)
     assert data["duration_seconds"] > 0

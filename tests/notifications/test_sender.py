@@ -51,6 +51,7 @@ def run_succeeded(workspace_id: int, run_id: str, *, pipeline_id: int = 1) -> Ru
         crawls=CrawlCounts(attempted=2, succeeded=2, empty=0, failed=0),
         documents=DocumentCounts(created=2, updated=0, unchanged=0),
         charged_micros=2000,
+        new_charge_micros=2000,
         error=None,
         will_retry=False,
         run_url=None,

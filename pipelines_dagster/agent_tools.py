@@ -1,15 +1,19 @@
-"""Tools the chat agent may call, each bound to one workspace when it is built, answering in compact text."""
+"""Tools the chat agent may call, each bound to one workspace when it is built, answering in compact text;
+`pipelines-dagster mcp` serves the same tools over MCP."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipelines_dagster.core.costs import CostTotals, cost_totals
 from pipelines_dagster.core.page_changes import ChangeStatus, PageChangeView, list_changes
+from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.history import MAX_LIMIT, PipelineRunView, RunHistory
 
 FINISHED_FORMAT = "%Y-%m-%d %H:%M UTC"
@@ -111,8 +115,7 @@ def _count(values: list[int | None], noun: str) -> str:
     known = [value for value in values if value is not None]
     if not known:
         return f"no {noun}s"
-    total = sum(known)
-    return f"{total} {noun}" if total == 1 else f"{total} {noun}s"
+    return _plural(sum(known), noun)
 
 
 class PageChangesArguments(pydantic.BaseModel):
@@ -170,3 +173,82 @@ def _render_change(change: PageChangeView) -> str:
         removed = sum(line.startswith("-") for line in lines)
         parts.append(f"+{added} -{removed} lines")
     return " • ".join(parts)
+
+
+class CostTotalsArguments(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, title="get_cost_totals")
+
+    pipeline_id: int | None = pydantic.Field(
+        default=None, description="Only this pipeline's charges; omit or null for every pipeline of the workspace."
+    )
+    since: datetime | None = pydantic.Field(
+        default=None, strict=False, description="From this moment (ISO 8601, e.g. 2026-11-01T00:00:00Z); omit for all."
+    )
+    until: datetime | None = pydantic.Field(
+        default=None, strict=False, description="Up to this moment, excluded (ISO 8601); omit for up to now."
+    )
+
+    @pydantic.field_validator("since", "until")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        # A moment without a zone is read as UTC, as every time here is.
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session]) -> list[AgentTool]:
+    """The cost-totals tool for a conversation in `workspace_id`; none outside a workspace."""
+    if workspace_id is None:
+        return []
+
+    def get_cost_totals(arguments: CostTotalsArguments) -> str:
+        with sessions() as session:
+            try:
+                totals = cost_totals(
+                    session,
+                    workspace_id=workspace_id,
+                    start=arguments.since,
+                    end=arguments.until,
+                    pipeline_id=arguments.pipeline_id,
+                )
+            except InvalidInputError as exc:
+                return f"Invalid arguments for get_cost_totals: {exc}"
+        return render_costs(totals)
+
+    return [
+        AgentTool(
+            name="get_cost_totals",
+            description=(
+                "What this workspace's crawls were charged, from the ledger, in micro-credits (a million to a "
+                "credit): the total over a time range, then one line per pipeline, dearest first."
+            ),
+            arguments=CostTotalsArguments,
+            handler=get_cost_totals,
+        )
+    ]
+
+
+def render_costs(totals: CostTotals) -> str:
+    since = totals.start.strftime(FINISHED_FORMAT) if totals.start else "the start"
+    until = totals.end.strftime(FINISHED_FORMAT) if totals.end else "now"
+    head = f"{totals.micros} micro-credits in {_plural(totals.charges, 'charge')} from {since} to {until}"
+    lines = [
+        f"{cost.pipeline_name or f'pipeline {cost.pipeline_id}'} • {cost.micros} micro-credits • "
+        f"{_plural(cost.charges, 'charge')}"
+        for cost in totals.pipelines
+    ]
+    return "\n".join([head, *lines])
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def build_workspace_tools(
+    *, workspace_id: int | None, history: RunHistory, sessions: sessionmaker[Session]
+) -> list[AgentTool]:
+    """Every chat tool for a conversation in `workspace_id` (what the MCP server serves)."""
+    return [
+        *build_pipeline_run_tools(workspace_id=workspace_id, history=history),
+        *build_page_change_tools(workspace_id=workspace_id, sessions=sessions),
+        *build_cost_tools(workspace_id=workspace_id, sessions=sessions),
+    ]

@@ -206,8 +206,8 @@ def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session
                 totals = cost_totals(
                     session,
                     workspace_id=workspace_id,
-                    start=arguments.since,
-                    end=arguments.until,
+                    since=arguments.since,
+                    until=arguments.until,
                     pipeline_id=arguments.pipeline_id,
                 )
             except InvalidInputError as exc:
@@ -228,8 +228,8 @@ def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session
 
 
 def render_costs(totals: CostTotals) -> str:
-    since = totals.start.strftime(FINISHED_FORMAT) if totals.start else "the start"
-    until = totals.end.strftime(FINISHED_FORMAT) if totals.end else "now"
+    since = totals.since.strftime(FINISHED_FORMAT) if totals.since else "the start"
+    until = totals.until.strftime(FINISHED_FORMAT) if totals.until else "now"
     head = f"{totals.micros} micro-credits in {_plural(totals.charges, 'charge')} from {since} to {until}"
     lines = [
         f"{cost.pipeline_name or f'pipeline {cost.pipeline_id}'} • {cost.micros} micro-credits • "

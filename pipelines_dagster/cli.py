@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -697,6 +698,45 @@ def runs(workspace_id: int, pipeline_id: int, limit: int, cursor: str | None, as
     if page.next_cursor:
         lines.append(f"more: --cursor {page.next_cursor}")
     emit(as_json, page.model_dump(mode="json"), "\n".join(lines) or f"pipeline {pipeline_id} has no runs")
+
+
+def _moment(context: click.Context, parameter: click.Parameter, value: str | None) -> datetime | None:
+    """An ISO 8601 date or time option, in UTC when it names no offset."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter("give an ISO 8601 date or time, e.g. 2026-11-01 or 2026-11-01T09:00:00Z") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+@main.command("costs")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--pipeline", "pipeline_id", default=None, type=int, help="Only this pipeline's charges.")
+@click.option("--since", default=None, callback=_moment, help="From this date or time (ISO 8601, UTC), included.")
+@click.option("--until", default=None, callback=_moment, help="Up to this date or time, excluded; default now.")
+@json_option
+@user_errors
+def costs(
+    workspace_id: int, pipeline_id: int | None, since: datetime | None, until: datetime | None, as_json: bool
+) -> None:
+    """What the workspace's crawls were charged, from the ledger: the total and one line per pipeline."""
+    from pipelines_dagster.api.costs import CostTotalsOut
+    from pipelines_dagster.core.costs import cost_totals
+
+    with open_sessions(load_settings())() as session:
+        catalog.get_workspace(session, workspace_id)
+        if pipeline_id is not None:
+            catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        totals = cost_totals(session, workspace_id=workspace_id, since=since, until=until, pipeline_id=pipeline_id)
+    lines = [f"{totals.micros} micro-credits in {plural(totals.charges, 'charge')}"]
+    lines += [
+        f"{cost.pipeline_id or '-'}\t{cost.pipeline_name or '(deleted)'}\t{cost.micros}\t"
+        + plural(cost.charges, "charge")
+        for cost in totals.pipelines
+    ]
+    emit(as_json, {"id": workspace_id, **CostTotalsOut.of(totals).model_dump(mode="json")}, "\n".join(lines))
 
 
 @main.command("api")

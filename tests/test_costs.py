@@ -11,10 +11,15 @@ import pytest
 import sqlalchemy as sa
 from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 
+from pipelines_dagster.agent_tools import build_cost_tools
+from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.costs import cost_totals
 from pipelines_dagster.core.validation import InvalidInputError
 from tests.assets.conftest import Stack, embedded, fail_once_after_the_charge, set_pipeline, web  # noqa: F401
+from tests.test_cli import cli, workspace  # noqa: F401  (fixtures)
 from tests.test_history import add_pipeline, history
 
 
@@ -88,7 +93,38 @@ def test_new_charges_summed_over_a_history_of_retries_and_re_executions_are_the_
         only = cost_totals(session, workspace_id=workspace_id, pipeline_id=retried)
         assert (only.micros, [cost.pipeline_id for cost in only.pipelines]) == (2000, [retried])
         later = datetime.now(UTC) + timedelta(minutes=1)
-        assert cost_totals(session, workspace_id=workspace_id, start=later).micros == 0
-        assert cost_totals(session, workspace_id=workspace_id, end=later).micros == 5000
-        with pytest.raises(InvalidInputError, match="start: must be before end"):
-            cost_totals(session, workspace_id=workspace_id, start=later, end=later - timedelta(days=1))
+        assert cost_totals(session, workspace_id=workspace_id, since=later).micros == 0
+        assert cost_totals(session, workspace_id=workspace_id, until=later).micros == 5000
+        with pytest.raises(InvalidInputError, match="since: must be before until"):
+            cost_totals(session, workspace_id=workspace_id, since=later, until=later - timedelta(days=1))
+
+
+def test_the_cli_and_the_chat_tool_show_the_ledgers_totals_of_their_workspace_only(cli, workspace):
+    sessions = session_factory(cli.engine())
+    with transaction(sessions) as session:
+        docs = catalog.create_pipeline(session, workspace_id=workspace["id"], connector_id=None, name="docs").id
+        other = catalog.create_workspace(session, name="Other", owner_user_id="user-2").workspace.id
+    billing = Billing(sessions, enabled=True, micros_per_crawl=1000)
+    for workspace_id, micros, key in ((workspace["id"], 3000, "a"), (workspace["id"], 2000, "b"), (other, 7000, "c")):
+        billing.charge(workspace_id, micros, idempotency_key=key, usage={"pipeline_id": docs, "run_id": key})
+
+    shown = cli.json("costs", "--workspace", str(workspace["id"]))
+    assert (shown["id"], shown["micros"], shown["charges"]) == (workspace["id"], 5000, 2)
+    assert [(p["pipeline_id"], p["pipeline_name"], p["micros"]) for p in shown["pipelines"]] == [(docs, "docs", 5000)]
+    text = cli("costs", "--workspace", str(workspace["id"]), "--since", "2020-01-01").output
+    assert text.splitlines() == ["5000 micro-credits in 2 charges", f"{docs}\tdocs\t5000\t2 charges"]
+    future = cli.json("costs", "--workspace", str(workspace["id"]), "--since", "2999-01-01T00:00:00Z")
+    assert (future["micros"], future["pipelines"]) == (0, [])
+    refused = cli("costs", "--workspace", "1", "--since", "soon", ok=False).output
+    assert "Invalid value for '--since': give an ISO 8601 date or time" in refused
+
+    [tool] = build_cost_tools(workspace_id=workspace["id"], sessions=sessions)
+    assert tool.spec()["function"]["name"] == "get_cost_totals"
+    assert tool().splitlines() == [
+        "5000 micro-credits in 2 charges from the start to now",
+        "docs • 5000 micro-credits • 2 charges",
+    ]
+    assert tool(since="2999-01-01").startswith("0 micro-credits in 0 charges from 2999-01-01 00:00 UTC")
+    assert tool(since="2026-12-02", until="2026-12-01").startswith("Invalid arguments for get_cost_totals: since:")
+    assert tool(pipeline_id="7").startswith("Invalid arguments for get_cost_totals: pipeline_id:")
+    assert build_cost_tools(workspace_id=None, sessions=sessions) == []

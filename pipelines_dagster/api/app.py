@@ -12,7 +12,7 @@ from importlib.metadata import version
 import dagster as dg
 from fastapi import FastAPI
 
-from pipelines_dagster.api import changes, connectors, documents, notifications, pipelines, runs, triggers
+from pipelines_dagster.api import changes, connectors, costs, documents, notifications, pipelines, runs, triggers
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
@@ -120,6 +120,7 @@ def create_app(
         pipelines.router,
         runs.router,
         changes.router,
+        costs.router,
         documents.router,
         triggers.router,
         triggers.webhooks,

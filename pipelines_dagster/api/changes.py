@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -14,25 +12,11 @@ from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
-from pipelines_dagster.api.schemas import MAX_ID
+from pipelines_dagster.api.schemas import MAX_ID, in_utc, iso_text
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.page_changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])
-
-
-def _iso_text(value: object) -> object:
-    # Pydantic would also read a bare number as a Unix time; the documented format is ISO 8601 only.
-    if isinstance(value, str) and not re.match(r"\d{4}-", value):
-        raise ValueError("must be an ISO 8601 time such as 2026-12-01T09:00:00Z")
-    return value
-
-
-def _in_utc(value: datetime) -> datetime:
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("is out of range once converted to UTC; give a time between years 1 and 9999") from None
 
 
 class PageChangeOut(PageChangeView):
@@ -53,8 +37,8 @@ def list_page_changes(
     status: Annotated[ChangeStatus | None, Query(description="Only changes of this kind.")] = None,
     since: Annotated[
         AwareDatetime | None,
-        BeforeValidator(_iso_text),
-        AfterValidator(_in_utc),
+        BeforeValidator(iso_text),
+        AfterValidator(in_utc),
         Query(description="Only changes observed at or after this time, with its UTC offset."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes per page.")] = 20,

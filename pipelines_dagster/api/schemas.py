@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
@@ -63,6 +64,24 @@ def _timezone(name: str) -> str:
 
 
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+
+
+def iso_text(value: object) -> object:
+    """A query time as given, refused unless it is ISO 8601 text."""
+    # Pydantic would also read a bare number as a Unix time; the documented format is ISO 8601 only.
+    if isinstance(value, str) and not re.match(r"\d{4}-", value):
+        raise ValueError("must be an ISO 8601 time such as 2026-12-01T09:00:00Z")
+    return value
+
+
+def in_utc(value: datetime) -> datetime:
+    """An aware time in UTC."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC; give a time between years 1 and 9999") from None
+
+
 Name = Annotated[str, Field(min_length=1, max_length=200), _domain(validate_name)]
 FolderName = Annotated[
     str,

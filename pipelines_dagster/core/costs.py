@@ -78,10 +78,10 @@ class PipelineCost:
 @dataclass(frozen=True, kw_only=True)
 class CostTotals:
     workspace_id: int
-    start: datetime | None
-    end: datetime | None
+    since: datetime | None
+    until: datetime | None
     micros: int
-    """Every crawl charge in [start, end): the ledger's own sum."""
+    """Every crawl charge in [since, until): the ledger's own sum."""
     charges: int
     pipelines: list[PipelineCost] = field(default_factory=list)
     """The same charges by pipeline, dearest first; they add up to `micros`."""
@@ -91,14 +91,14 @@ def cost_totals(
     session: Session,
     *,
     workspace_id: int,
-    start: datetime | None = None,
-    end: datetime | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
     pipeline_id: int | None = None,
 ) -> CostTotals:
-    """What the workspace's crawls were charged from `start` (inclusive) to `end` (exclusive), in all
+    """What the workspace's crawls were charged from `since` (included) to `until` (excluded), in all
     and by pipeline (only `pipeline_id`'s, when given)."""
-    if start is not None and end is not None and start >= end:
-        raise InvalidInputError("start", f"must be before end ({end.isoformat()})")
+    if since is not None and until is not None and since >= until:
+        raise InvalidInputError("since", f"must be before until ({until.isoformat()})")
     pipeline = TokenUsage.call_details["pipeline_id"].as_integer()
     query = (
         sa.select(pipeline, sa.func.sum(-CreditLedgerEntry.delta_micros), sa.func.count())
@@ -108,10 +108,10 @@ def cost_totals(
         .where(CreditAccount.workspace_id == workspace_id, CreditLedgerEntry.kind == LedgerKind.CHARGE.value)
         .group_by(pipeline)
     )
-    if start is not None:
-        query = query.where(CreditLedgerEntry.created_at >= start)
-    if end is not None:
-        query = query.where(CreditLedgerEntry.created_at < end)
+    if since is not None:
+        query = query.where(CreditLedgerEntry.created_at >= since)
+    if until is not None:
+        query = query.where(CreditLedgerEntry.created_at < until)
     if pipeline_id is not None:
         query = query.where(pipeline == pipeline_id)
     rows = session.execute(query).all()
@@ -127,8 +127,8 @@ def cost_totals(
     )
     return CostTotals(
         workspace_id=workspace_id,
-        start=start,
-        end=end,
+        since=since,
+        until=until,
         micros=sum(cost.micros for cost in pipelines),
         charges=sum(cost.charges for cost in pipelines),
         pipelines=pipelines,

@@ -283,9 +283,10 @@ def test_storage_queries_per_page_do_not_grow_with_the_page(embedded: Stack):
 
     small, large = queries(limit=2), queries(limit=6)
     assert small == large
-    # App DB: the names. Dagster: three run queries (tagged runs, batch runs, UI launches), two
-    # materialization queries (each with its asset-key lookup) and one for the failures.
-    assert small == (1, 8)
+    # App DB: the names and the ledger's charges. Dagster: three run queries (tagged runs, batch
+    # runs, UI launches), two materialization queries (each with its asset-key lookup) and one for
+    # the failures.
+    assert small == (2, 8)
 
 
 def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):

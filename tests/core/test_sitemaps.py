@@ -322,7 +322,9 @@ def test_a_50000_url_sitemap_is_parsed_in_flat_memory():
         loc="https://www.example.com/articles/2024/an-article-slug-of-usual-length-49999",
         lastmod=datetime(2024, 1, 15, 10, 30, tzinfo=UTC),
     )
-    assert resident_peak - resident < size // 4, f"document {size} bytes, resident peak {resident_peak}, now {resident}"
+    # Half the document: a tree of it would be ten times that, holding it whole one time that; the
+    # parse's own buffers and a busy test worker's stay well under it.
+    assert resident_peak - resident < size // 2, f"document {size} bytes, resident peak {resident_peak}, now {resident}"
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,8 @@ def instance(
 
 def test_runs_are_queued_one_per_pipeline(instance: dg.DagsterInstance) -> None:
     assert isinstance(instance.run_coordinator, dg.QueuedRunCoordinator)
+    # Drained every second: a run a user starts waits at most that for its launch.
+    assert instance.run_coordinator.dequeue_interval_seconds == 1
     run_queue = instance.get_concurrency_config().run_queue_config
     assert run_queue is not None
     assert PIPELINE_LIMIT in run_queue.tag_concurrency_limits

@@ -53,11 +53,14 @@ class Taken(Generic[FireT]):
     rows: int = 0
     skipped: int = 0
     """Rows claimed that owe no run: a disabled trigger or pipeline, or an event nobody subscribed is concerned by."""
+    disabled_pipelines: set[int] = field(default_factory=set)
+    """Pipelines whose enabled trigger fired while the pipeline is disabled: into nothing, no run."""
 
     def add(self, other: Taken[FireT]) -> None:
         self.fires += other.fires
         self.rows += other.rows
         self.skipped += other.skipped
+        self.disabled_pipelines |= other.disabled_pipelines
 
 
 def take_within(

@@ -120,6 +120,7 @@ def claim_due(sessions: sessionmaker[Session], *, limit: int, now: datetime) -> 
             trigger.last_fired_at = now
             if not pipeline_enabled:
                 taken.skipped += 1
+                taken.disabled_pipelines.add(trigger.pipeline_id)
                 continue
             taken.fires.append(
                 Fire(

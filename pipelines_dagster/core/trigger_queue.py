@@ -112,7 +112,12 @@ def take_delivery_batch(sessions: sessionmaker[Session], *, limit: int, now: dat
             if trigger_enabled and pipeline_enabled
         ]
         _mark(session, WebhookDelivery, [row[0] for row in rows], now)
-        taken = Taken(fires=fires, rows=len(rows), skipped=len(rows) - len(fires))
+        taken = Taken(
+            fires=fires,
+            rows=len(rows),
+            skipped=len(rows) - len(fires),
+            disabled_pipelines={pipeline for _, pipeline, _, on, pipeline_on in rows if on and not pipeline_on},
+        )
     return taken
 
 
@@ -134,12 +139,12 @@ def take_event_batch(sessions: sessionmaker[Session], *, limit: int, now: dateti
                     PipelineTrigger.event_type,
                     Pipeline.id,
                     Pipeline.connector_id,
+                    Pipeline.enabled,
                 )
                 .join(Pipeline, Pipeline.id == PipelineTrigger.pipeline_id)
                 .where(
                     PipelineTrigger.kind == TriggerKind.EVENT.value,
                     PipelineTrigger.enabled.is_(True),
-                    Pipeline.enabled.is_(True),
                     PipelineTrigger.workspace_id.in_({event.workspace_id for event in events}),
                     PipelineTrigger.event_type.in_({event.event_type for event in events}),
                 )
@@ -147,11 +152,17 @@ def take_event_batch(sessions: sessionmaker[Session], *, limit: int, now: dateti
             if events
             else []
         )
-        by_topic: dict[tuple[int, str | None], list[tuple[int, int, int | None]]] = {}
-        for trigger_id, workspace_id, event_type, pipeline_id, connector_id in subscriptions:
-            by_topic.setdefault((workspace_id, event_type), []).append((trigger_id, pipeline_id, connector_id))
+        by_topic: dict[tuple[int, str | None], list[tuple[int, int, int | None, bool]]] = {}
+        for trigger_id, workspace_id, event_type, pipeline_id, connector_id, enabled in subscriptions:
+            by_topic.setdefault((workspace_id, event_type), []).append((trigger_id, pipeline_id, connector_id, enabled))
         taken: Taken[EventFire] = Taken(rows=len(events))
         for event_id, workspace_id, event_type, payload in events:
+            concerned = [
+                (trigger_id, pipeline_id, enabled)
+                for trigger_id, pipeline_id, connector_id, enabled in by_topic.get((workspace_id, event_type), [])
+                if concerns(payload, pipeline_id=pipeline_id, connector_id=connector_id)
+            ]
+            taken.disabled_pipelines |= {pipeline_id for _, pipeline_id, enabled in concerned if not enabled}
             fires = [
                 EventFire(
                     event_id=event_id,
@@ -160,8 +171,8 @@ def take_event_batch(sessions: sessionmaker[Session], *, limit: int, now: dateti
                     pipeline_id=pipeline_id,
                     workspace_id=workspace_id,
                 )
-                for trigger_id, pipeline_id, connector_id in by_topic.get((workspace_id, event_type), [])
-                if concerns(payload, pipeline_id=pipeline_id, connector_id=connector_id)
+                for trigger_id, pipeline_id, enabled in concerned
+                if enabled
             ]
             taken.fires += fires
             if not fires:

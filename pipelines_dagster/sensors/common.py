@@ -103,6 +103,12 @@ def trigger_sensor(
         taken = take(app_db.sessions)
         if taken.skipped:
             context.log.info(f"skipped {taken.skipped} of {taken.rows} {rows}: {skipped_because}")
+        if taken.disabled_pipelines:
+            # The pipeline, not the trigger, is the switch: its triggers still fire, and start nothing.
+            context.log.info(
+                f"pipelines {sorted(taken.disabled_pipelines)[:20]} are disabled: their triggers fired and started "
+                "no run; enable a pipeline to have its triggers run it"
+            )
         fires, dropped = [], []
         for fire in taken.fires:
             if fire.pipeline_id in busy:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
+from dagster._core.definitions.instigation_logger import get_instigation_log_records
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 
 from pipelines_dagster.app_db.engine import transaction
@@ -61,14 +62,25 @@ def make_pipeline(app_db: AppDatabaseResource, *, due: bool = True, enabled: boo
         return workspace.id, pipeline.id, trigger.id
 
 
-def evaluate(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, app_db, cursor: str | None = None):
-    """One tick as the daemon evaluates it: run requests resolved and checked against the sensor's jobs."""
+def evaluate(
+    sensor: dg.SensorDefinition,
+    instance: dg.DagsterInstance,
+    app_db,
+    cursor: str | None = None,
+    *,
+    log_key: list[str] | None = None,
+):
+    """One tick as the daemon evaluates it: run requests resolved and checked against the sensor's jobs;
+    with `log_key`, its log captured there, as the daemon captures a tick's."""
     from pipelines_dagster.definitions import defs
 
-    with dg.build_sensor_context(
+    with dg.SensorEvaluationContext(
         instance=instance,
         instance_ref=instance.get_ref(),
         cursor=cursor,
+        log_key=log_key,
+        sensor_name=sensor.name,
+        repository_name=defs.get_repository_def().name,
         resources={"app_db": app_db},
         repository_def=defs.get_repository_def(),
     ) as context:
@@ -97,11 +109,15 @@ def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, ap
 
 def test_a_disabled_pipeline_gets_no_run_but_its_trigger_advances(instance, app_db):
     _, pipeline_id, trigger_id = make_pipeline(app_db, enabled=False)
-    assert (
-        requests_for(evaluate(build_schedule_sensor(Settings(run_batch_size=1)), instance, app_db), pipeline_id) == []
-    )
+    sensor, log_key = build_schedule_sensor(Settings(run_batch_size=1)), ["test", "disabled-pipeline-tick"]
+    assert requests_for(evaluate(sensor, instance, app_db, log_key=log_key), pipeline_id) == []
     with app_db.sessions() as session:
         assert session.get(PipelineTrigger, trigger_id).next_fire_at > datetime.now(UTC)
+    # The pipeline, not the trigger, is the switch: the tick's log says its trigger fired into nothing.
+    logged = [record["msg"] for record in get_instigation_log_records(instance, log_key)]
+    assert any(
+        f"pipelines [{pipeline_id}] are disabled: their triggers fired and started no run" in line for line in logged
+    )
 
 
 def test_a_pipeline_with_a_running_run_gets_no_second_one(instance, app_db):

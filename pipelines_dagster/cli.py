@@ -48,7 +48,9 @@ from pipelines_dagster.core.triggers import (
     create_event_trigger,
     create_webhook_trigger,
     emit_event,
+    pipeline_triggers,
     rotate_signing_secret,
+    set_trigger_enabled,
 )
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.instance import dagster_instance
@@ -61,6 +63,7 @@ from pipelines_dagster.settings import Settings, SettingsError, load_settings
 if TYPE_CHECKING:
     from pipelines_dagster.api import notifications as api_notifications
     from pipelines_dagster.api import schemas
+    from pipelines_dagster.api.triggers import TriggerOut
     from pipelines_dagster.notifications.destination import DestinationGuard
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -161,16 +164,93 @@ def workspace() -> None:
 @json_option
 @user_errors
 def workspace_create(name: str, owner: str, as_json: bool) -> None:
-    """Create a workspace and print its API token (shown this once only)."""
-    with transaction(open_sessions(load_settings())) as session:
-        created = catalog.create_workspace(session, name=name, owner_user_id=owner)
+    """Create a workspace, with the built-in pipeline templates (disabled), and print its API token
+    (shown this once only)."""
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        created = services.create_workspace(session, dagster_instance(settings), name=name, owner_user_id=owner)
         ws = created.workspace
         payload = {"id": ws.id, "name": ws.name, "owner": ws.owner_user_id, "api_token": created.api_token}
     emit(
         as_json,
         payload,
-        f"workspace {payload['id']} created\nAPI token (shown once, store it now): {payload['api_token']}",
+        f"workspace {payload['id']} created, with the built-in pipeline templates (disabled; "
+        f"`pipelines-dagster templates list`)\nAPI token (shown once, store it now): {payload['api_token']}",
     )
+
+
+@main.group()
+def templates() -> None:
+    """Built-in pipeline templates, seeded disabled into every workspace."""
+
+
+@templates.command("list")
+@json_option
+def templates_list(as_json: bool) -> None:
+    """The templates: what each does and how it crawls."""
+    from pipelines_dagster.core.templates import TEMPLATES
+
+    shown = [
+        {
+            "key": template.key,
+            "name": template.name,
+            "description": template.description,
+            "save_to_kb": template.save_to_kb,
+            "folder": template.folder,
+            "mode": template.mode,
+            "schedule": template.schedule.describe(),
+            "events": [event.value for event in template.events],
+        }
+        for template in TEMPLATES
+    ]
+    emit(
+        as_json,
+        {"templates": shown},
+        "\n".join(
+            f"{entry['key']}\t{entry['name']}: {entry['description']} ({entry['mode']} crawl, "
+            f"{'into the KB' if entry['save_to_kb'] else 'raw crawls only'}, schedule {entry['schedule']}, seeded off)"
+            for entry in shown
+        ),
+    )
+
+
+@templates.command("seed")
+@click.option("--workspace", "workspace_id", type=int, default=None, help="Only this workspace [every workspace].")
+@json_option
+@user_errors
+def templates_seed(workspace_id: int | None, as_json: bool) -> None:
+    """Give each workspace the templates it lacks (disabled, schedules off), keeping the ones it has as
+    they are; and switch the retention schedule back on if it was stopped: it is garbage collection."""
+    from pipelines_dagster.app_db.models import Workspace
+    from pipelines_dagster.schedules import RETENTION_SCHEDULE, keep_retention_on
+
+    settings = load_settings()
+    sessions, instance = open_sessions(settings), dagster_instance(settings)
+    if workspace_id is None:
+        with sessions() as session:
+            workspace_ids = list(session.scalars(sa.select(Workspace.id).order_by(Workspace.id)))
+    else:
+        workspace_ids = [workspace_id]
+    reports = []
+    for one in workspace_ids:  # a transaction each: a workspace seeded stays seeded
+        with transaction(sessions) as session:
+            reports.append(services.seed_workspace(session, instance, one))
+    restarted = keep_retention_on(instance)
+    payload = {
+        "workspaces": [
+            {"workspace_id": report.workspace_id, "created": report.created, "kept": report.kept} for report in reports
+        ],
+        "retention_schedule": {"name": RETENTION_SCHEDULE, "restarted": restarted},
+    }
+    lines = [
+        f"workspace {report.workspace_id}: {len(report.created)} templates added {report.created}, "
+        f"{len(report.kept)} kept as they were"
+        for report in reports
+    ]
+    lines.append(
+        f"retention schedule {RETENTION_SCHEDULE}: " + ("was stopped, switched back on" if restarted else "on")
+    )
+    emit(as_json, payload, "\n".join(lines))
 
 
 @main.group()
@@ -445,11 +525,11 @@ def describe(shown: schemas.PipelineOut) -> str:
     if schedule is None:
         when = "no schedule"
     else:
-        every = (
-            f"cron {schedule.cron!r} {schedule.timezone}" if schedule.cron else f"every {schedule.every_minutes} min"
-        )
+        every = ScheduleSpec(
+            cron=schedule.cron, timezone=schedule.timezone, every_minutes=schedule.every_minutes
+        ).describe()
         when = f"{every}, next {schedule.next_fire_at.isoformat()}" if schedule.next_fire_at else f"{every}, off"
-    state = "enabled" if shown.enabled else "disabled"
+    state = "enabled" if shown.enabled else f"disabled ({shown.disabled_reason})"
     managed = ", connector's own indexing" if shown.system_managed else ""
     return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}"
 
@@ -469,6 +549,9 @@ def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
 @click.option(
     "--save-to-kb/--no-save-to-kb", default=None, help="Save pages as KB documents, or keep only the raw crawl."
 )
+@click.option(
+    "--connector", "connector_id", type=int, default=None, help="The connector it crawls (a template's first)."
+)
 @click.option("--folder", default=None, help="Destination KB folder by name (created if missing).")
 @click.option("--folder-id", type=int, default=None, help="Destination KB folder by id.")
 @click.option("--no-folder", is_flag=True, help="Save into the KB root.")
@@ -485,6 +568,7 @@ def pipeline_update(
     pipeline_id: int,
     name: str | None,
     save_to_kb: bool | None,
+    connector_id: int | None,
     folder: str | None,
     folder_id: int | None,
     no_folder: bool,
@@ -508,6 +592,7 @@ def pipeline_update(
     changes = catalog.PipelineChanges(
         name=keep(name),
         save_to_kb=keep(save_to_kb),
+        connector_id=keep(connector_id),
         enabled=keep(enabled),
         folder=None if no_folder else keep(folder),
         folder_id=keep(folder_id),
@@ -814,10 +899,79 @@ def trigger_create(
     emit(as_json, payload, text)
 
 
-@trigger.command("rotate-secret")
+@trigger.command("list")
 @click.option("--workspace", "workspace_id", required=True, type=int)
 @click.option("--pipeline", "pipeline_id", required=True, type=int)
-@click.option("--trigger", "trigger_id", required=True, type=int)
+@json_option
+@user_errors
+def trigger_list(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
+    """A pipeline's triggers: its schedule, webhooks and event subscriptions, on or off."""
+    from pipelines_dagster.api.triggers import TriggerList, trigger_out
+
+    with open_sessions(load_settings())() as session:
+        shown = TriggerList(
+            triggers=[
+                trigger_out(row)
+                for row in pipeline_triggers(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            ]
+        )
+    emit(as_json, shown.model_dump(mode="json"), "\n".join(trigger_line(one) for one in shown.triggers))
+
+
+def trigger_line(shown: TriggerOut) -> str:
+    what = shown.schedule or shown.event_type or shown.signing or ""
+    if shown.enabled:
+        state = f"on, next {shown.next_fire_at.isoformat()}" if shown.next_fire_at else "on"
+    else:
+        state = f"off ({shown.disabled_reason})" if shown.disabled_reason else "off"
+    return f"{shown.id}\t{shown.kind}\t{what}\t{state}"
+
+
+def _switch_trigger(workspace_id: int, pipeline_id: int, trigger_id: int, enabled: bool, as_json: bool) -> None:
+    from pipelines_dagster.api.triggers import trigger_out
+
+    with transaction(open_sessions(load_settings())) as session:
+        shown = trigger_out(
+            set_trigger_enabled(
+                session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id, enabled=enabled
+            )
+        )
+    emit(as_json, shown.model_dump(mode="json"), trigger_line(shown))
+
+
+def trigger_ref(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option("--workspace", "workspace_id", required=True, type=int),
+            click.option("--pipeline", "pipeline_id", required=True, type=int),
+            click.option("--trigger", "trigger_id", required=True, type=int),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+@trigger.command("enable")
+@trigger_ref
+@json_option
+@user_errors
+def trigger_enable(workspace_id: int, pipeline_id: int, trigger_id: int, as_json: bool) -> None:
+    """Switch a trigger on (a template's schedule is seeded off); a schedule fires next at its next time.
+    A trigger of a disabled pipeline fires into nothing until the pipeline is enabled."""
+    _switch_trigger(workspace_id, pipeline_id, trigger_id, True, as_json)
+
+
+@trigger.command("disable")
+@trigger_ref
+@json_option
+@user_errors
+def trigger_disable(workspace_id: int, pipeline_id: int, trigger_id: int, as_json: bool) -> None:
+    """Switch a trigger off: it fires no more until enabled again."""
+    _switch_trigger(workspace_id, pipeline_id, trigger_id, False, as_json)
+
+
+@trigger.command("rotate-secret")
+@trigger_ref
 @click.option(
     "--overlap-seconds",
     default=DEFAULT_ROTATION_OVERLAP_SECONDS,
@@ -1187,3 +1341,9 @@ def notification_redrive(workspace_id: int, endpoint_id: int, delivery_ids: tupl
         f"notification endpoint {endpoint_id}: {plural(count, 'delivery', 'deliveries')} queued again; "
         "the notification_sender sensor sends them on its next tick",
     )
+
+
+# Last: the MCP server's module reads this one's helpers when its command runs.
+from pipelines_dagster.mcp_server import mcp_command  # noqa: E402
+
+main.add_command(mcp_command)

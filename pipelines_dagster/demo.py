@@ -101,7 +101,7 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url
         workspace = session.scalar(sa.select(Workspace).where(Workspace.name == DEMO_WORKSPACE))
         token = None
         if workspace is None:
-            created = catalog.create_workspace(session, name=DEMO_WORKSPACE, owner_user_id=DEMO_OWNER)
+            created = services.create_workspace(session, instance, name=DEMO_WORKSPACE, owner_user_id=DEMO_OWNER)
             workspace, token = created.workspace, created.api_token
         pipeline = session.scalar(
             sa.select(Pipeline).where(Pipeline.workspace_id == workspace.id, Pipeline.name == DEMO_PIPELINE)

@@ -1,5 +1,6 @@
 """Code-defined maintenance schedules: daily retention of crawl blobs, webhook and notification deliveries."""
 
+import sys
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -56,9 +57,15 @@ def maintenance() -> None:
     apply_retention_op()
 
 
+RETENTION_SCHEDULE = "maintenance_daily"
+# As the deployment names the code location (workspace.yaml, pyproject's [tool.dg]), so a schedule's
+# state read here is the one the daemon reads.
+CODE_LOCATION = "pipelines_dagster"
+
+
 def build_maintenance_schedule(*, retention_days: int) -> dg.ScheduleDefinition:
     return dg.ScheduleDefinition(
-        name="maintenance_daily",
+        name=RETENTION_SCHEDULE,
         job=maintenance,
         cron_schedule="17 3 * * *",
         execution_timezone="UTC",
@@ -66,3 +73,28 @@ def build_maintenance_schedule(*, retention_days: int) -> dg.ScheduleDefinition:
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"Daily at 03:17 UTC: delete crawl blobs and webhook deliveries older than {retention_days} days.",
     )
+
+
+def keep_retention_on(instance: dg.DagsterInstance) -> bool:
+    """Switch the retention schedule back on if someone stopped it; True when it was off.
+
+    Retention is garbage collection, not a user's choice: without it crawl blobs and delivery logs
+    pile up. So, like the reference's cleanup schedule, reseeding the templates forces it on.
+    """
+    # Dagster's own in-process loading of this code location: the schedule's state is keyed by
+    # location, repository and name, whichever process reads it.
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    origin = InProcessCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name="pipelines_dagster.definitions"),
+        location_name=CODE_LOCATION,
+    )
+    with origin.create_location(instance) as location:
+        (repository,) = location.get_repositories().values()
+        schedule = repository.get_schedule(RETENTION_SCHEDULE)
+        stored = instance.get_instigator_state(schedule.get_remote_origin_id(), schedule.selector_id)
+        if schedule.get_current_instigator_state(stored).is_running:
+            return False
+        instance.start_schedule(schedule)
+        return True

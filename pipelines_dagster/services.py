@@ -14,7 +14,24 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.templates import SeedReport, seed_templates
 from pipelines_dagster.partitions import add_pipeline_partitions, remove_pipeline_partition
+
+
+def create_workspace(
+    session: Session, instance: dg.DagsterInstance, *, name: str, owner_user_id: str
+) -> catalog.NewWorkspace:
+    """A new workspace, with the built-in templates seeded into it."""
+    created = catalog.create_workspace(session, name=name, owner_user_id=owner_user_id)
+    seed_workspace(session, instance, created.workspace.id)
+    return created
+
+
+def seed_workspace(session: Session, instance: dg.DagsterInstance, workspace_id: int) -> SeedReport:
+    """The built-in templates the workspace lacks, each with its partition."""
+    report = seed_templates(session, workspace_id)
+    add_pipeline_partitions(instance, report.created)
+    return report
 
 
 def create_connector(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Connector:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import create_engine
-from pipelines_dagster.app_db.models import Connector
+from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.cli import main
 from tests.support.db import row_counts
 
@@ -167,8 +167,13 @@ def test_pipeline_create_with_folder_and_cron_schedule(cli, workspace, connector
     # 02:30 in Stockholm is 01:30 UTC in winter (CET, UTC+1).
     assert made["next_fire_at"].endswith("01:30:00+00:00")
     with cli.engine().connect() as conn:
-        folder = conn.execute(sa.text("SELECT id, name FROM folders")).one()
-        trigger = conn.execute(sa.text("SELECT kind, cron, timezone, interval_minutes FROM pipeline_triggers")).one()
+        folder = conn.execute(
+            sa.text("SELECT id, name FROM folders WHERE id = :id"), {"id": made["destination_folder_id"]}
+        ).one()
+        trigger = conn.execute(
+            sa.text("SELECT kind, cron, timezone, interval_minutes FROM pipeline_triggers WHERE pipeline_id = :id"),
+            {"id": made["id"]},
+        ).one()
     assert tuple(folder) == (made["destination_folder_id"], "Docs")
     assert tuple(trigger) == ("schedule", "30 2 * * *", "Europe/Stockholm", None)
 
@@ -222,7 +227,10 @@ def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
     )
     assert made["retry_policy"]["description"] == "linear backoff, up to 5 retries, waiting 30, 60, 90, 120, ... s"
     with cli.engine().connect() as conn:
-        stored = conn.execute(sa.text("SELECT retry_backoff, retry_max, retry_delay_seconds FROM pipelines")).one()
+        stored = conn.execute(
+            sa.text("SELECT retry_backoff, retry_max, retry_delay_seconds FROM pipelines WHERE id = :id"),
+            {"id": made["id"]},
+        ).one()
     assert tuple(stored) == ("linear", 5, 30.0)
 
 
@@ -323,10 +331,19 @@ def test_console_script_runs_against_postgres(postgres_url, tmp_path):
 
 
 def partitions(tmp_path) -> list[str]:
+    """The pipelines' partitions, but the seeded templates' (test_templates.py follows those)."""
     import dagster as dg
 
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
-        return instance.get_dynamic_partitions("pipelines")
+        keys = instance.get_dynamic_partitions("pipelines")
+    return [key for key in keys if key not in template_pipelines(tmp_path)]
+
+
+def template_pipelines(tmp_path) -> set[str]:
+    from pipelines_dagster.core.catalog import template_key
+
+    with Session(create_engine(f"sqlite:///{tmp_path / 'data' / 'app.sqlite3'}")) as session:
+        return {str(pipeline.id) for pipeline in session.scalars(sa.select(Pipeline)) if template_key(pipeline)}
 
 
 def test_pipeline_partitions_follow_create_and_delete(cli, workspace, connector, tmp_path):
@@ -335,7 +352,7 @@ def test_pipeline_partitions_follow_create_and_delete(cli, workspace, connector,
     assert partitions(tmp_path) == [str(made["id"])]
     assert cli.json("pipeline", "delete", "--workspace", ws, str(made["id"]))["deleted"] is True
     assert partitions(tmp_path) == []
-    assert row_counts(cli.engine())["pipelines"] == 0
+    assert row_counts(cli.engine())["pipelines"] == len(template_pipelines(tmp_path))
 
 
 def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, connector, tmp_path):
@@ -531,7 +548,8 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
     shown = cli.json("pipeline", "show", "--workspace", ws, str(made["id"]))
     assert shown == updated
     listed = cli.json("pipeline", "list", "--workspace", ws)
-    assert set(listed) == api_fields(PipelineList) and listed["pipelines"] == [shown]
+    assert set(listed) == api_fields(PipelineList)
+    assert [pipeline for pipeline in listed["pipelines"] if pipeline["template"] is None] == [shown]
     assert "docs" in cli("pipeline", "show", "--workspace", ws, str(made["id"])).output
 
     # Only what is given changes; the --no- flags clear.
@@ -547,11 +565,14 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         "--enable",
     )
     assert (cleared["folder_id"], cleared["urls"], cleared["schedule"], cleared["enabled"]) == (None, None, None, True)
-    assert {
-        k: v for k, v in cleared.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}
-    } == {k: v for k, v in updated.items() if k not in {"folder_id", "urls", "schedule", "enabled", "updated_at"}}
+    assert cleared["disabled_reason"] is None and updated["disabled_reason"].startswith("switched off")
+    changed = {"folder_id", "urls", "schedule", "enabled", "disabled_reason", "updated_at"}
+    assert {k: v for k, v in cleared.items() if k not in changed} == {
+        k: v for k, v in updated.items() if k not in changed
+    }
     with cli.engine().connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM pipeline_triggers")).scalar_one() == 0
+        triggers = sa.text("SELECT count(*) FROM pipeline_triggers WHERE pipeline_id = :id")
+        assert conn.execute(triggers, {"id": made["id"]}).scalar_one() == 0
 
 
 @pytest.mark.parametrize(

@@ -31,11 +31,12 @@ from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.templates import TEMPLATES
 from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, emit_event, sign
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import create_endpoint
 from tests.api.conftest import free_port
-from tests.support.graphql import BACKFILL
+from tests.support.graphql import BACKFILL, SCHEDULE_STATE, STOP_SCHEDULE
 from tests.support.processes import stop_group
 from tests.support.web import Reply, WebServer, page
 
@@ -388,3 +389,54 @@ def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(depl
             .where(Document.workspace_id.in_(workspace_ids), Document.status_state == "ready")
         )
     assert rebuilt == 9
+
+
+def test_reseeding_switches_the_retention_schedule_back_on_after_the_ui_stopped_it(deployment: Deployment):
+    from pipelines_dagster.schedules import CODE_LOCATION, RETENTION_SCHEDULE
+
+    def graphql(query: str, **variables) -> dict:
+        answer = httpx.post(f"{deployment.ui_url}/graphql", json={"query": query, "variables": variables}, timeout=30)
+        return answer.json()["data"]
+
+    selector = {
+        "repositoryLocationName": CODE_LOCATION,
+        "repositoryName": "__repository__",
+        "scheduleName": RETENTION_SCHEDULE,
+    }
+
+    def state() -> dict:
+        found = graphql(SCHEDULE_STATE, selector=selector)["scheduleOrError"]
+        assert found["__typename"] == "Schedule", found
+        return found["scheduleState"]
+
+    assert state()["status"] == "RUNNING"  # on by default in code
+    stopped = graphql(STOP_SCHEDULE, id=state()["id"])["stopRunningSchedule"]
+    assert stopped["scheduleState"]["status"] == "STOPPED", stopped
+    assert state()["status"] == "STOPPED"
+    workspace_id, _ = deployment.pipeline("reseeded")
+
+    def seed() -> dict:
+        done = subprocess.run(
+            [str(BIN / "pipelines-dagster"), "templates", "seed", "--json"],
+            env=deployment.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO_DIR,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    first = seed()
+    # What the UI (and the daemon) read of the schedule: running again.
+    assert first["retention_schedule"] == {"name": RETENTION_SCHEDULE, "restarted": True}
+    assert state()["status"] == "RUNNING"
+    [ours] = [entry for entry in first["workspaces"] if entry["workspace_id"] == workspace_id]
+    assert len(ours["created"]) == len(TEMPLATES)
+    again = seed()
+    assert again["retention_schedule"]["restarted"] is False
+    [ours_again] = [entry for entry in again["workspaces"] if entry["workspace_id"] == workspace_id]
+    assert ours_again["created"] == [] and sorted(ours_again["kept"]) == sorted(ours["created"])
+    # Each template got its partition, as every pipeline does.
+    partitions = set(deployment.instance.get_dynamic_partitions("pipelines"))
+    assert {str(pipeline_id) for pipeline_id in ours["created"]} <= partitions

@@ -12,7 +12,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
-from pipelines_dagster.core.catalog import PipelineChanges, initial_urls
+from pipelines_dagster.core.catalog import PipelineChanges, initial_urls, template_key
 from pipelines_dagster.core.document_list import DocumentView
 from pipelines_dagster.core.retry import (
     DEFAULT_BACKOFF,
@@ -33,6 +33,7 @@ from pipelines_dagster.core.site_config import (
     SiteConfig,
     crawl_mode,
 )
+from pipelines_dagster.core.templates import disabled_reason
 from pipelines_dagster.core.validation import InvalidInputError, validate_name, validate_urls
 
 # The largest integer every JSON client reads exactly; row ids stay far below it, and
@@ -177,6 +178,9 @@ class PipelineUpdate(BaseModel):
     name: Name | SkipJsonSchema[None] = None
     save_to_kb: bool | SkipJsonSchema[None] = None
     enabled: bool | SkipJsonSchema[None] = None
+    connector_id: Id | SkipJsonSchema[None] = Field(
+        default=None, description="The connector it crawls: how a seeded template is given one."
+    )
     folder: FolderName | None = None
     folder_id: Id | None = None
     schedule: Schedule | None = None
@@ -185,7 +189,7 @@ class PipelineUpdate(BaseModel):
     # refused by the validator below and a left-out field keeps its default, which is not validated.
     retry_policy: RetryPolicyIn = None  # type: ignore[assignment]
 
-    @field_validator("name", "save_to_kb", "enabled", "retry_policy", mode="before")
+    @field_validator("name", "save_to_kb", "enabled", "connector_id", "retry_policy", mode="before")
     @classmethod
     def _refuse_null(cls, value: Any) -> Any:
         if value is None:
@@ -230,6 +234,8 @@ class PipelineOut(BaseModel):
     save_to_kb: bool
     folder_id: int | None = Field(description="Destination KB folder; null is the workspace root.")
     enabled: bool
+    disabled_reason: str | None = Field(description="Why it does not run, when disabled; null when enabled.")
+    template: str | None = Field(description="The built-in template it was seeded from; null for a user's own.")
     system_managed: bool = Field(description="The connector's own periodic indexing; follows the connector.")
     urls: list[str] | None = Field(description="This pipeline's own URLs; null crawls the connector's.")
     schedule: ScheduleOut | None
@@ -247,6 +253,8 @@ class PipelineOut(BaseModel):
             save_to_kb=pipeline.save_to_kb,
             folder_id=pipeline.destination_folder_id,
             enabled=pipeline.enabled,
+            disabled_reason=disabled_reason(pipeline),
+            template=template_key(pipeline),
             system_managed=pipeline.system_managed,
             urls=initial_urls(pipeline),
             schedule=None if schedule is None else ScheduleOut.of(schedule),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Path, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -17,7 +16,7 @@ from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import MAX_ID, ErrorResponse
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
-from pipelines_dagster.core.catalog import get_pipeline
+from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     MAX_ROTATION_OVERLAP_SECONDS,
@@ -32,7 +31,9 @@ from pipelines_dagster.core.triggers import (
     create_webhook_trigger,
     emit_event,
     get_trigger,
+    pipeline_triggers,
     rotate_signing_secret,
+    set_trigger_enabled,
 )
 from pipelines_dagster.core.validation import InvalidInputError
 
@@ -65,6 +66,8 @@ class TriggerOut(BaseModel):
     previous_secret_expires_at: datetime | None = Field(
         description="After a secret rotation: until when the previous secret still verifies."
     )
+    schedule: str | None = Field(default=None, description="A schedule trigger's schedule, in words.")
+    next_fire_at: datetime | None = Field(default=None, description="When an enabled schedule trigger fires next.")
     enabled: bool
     disabled_reason: str | None
 
@@ -112,7 +115,8 @@ class DeliveryOut(BaseModel):
     duplicate: bool = Field(description="True for a redelivery: stored once, no second run.")
 
 
-def _out(trigger: PipelineTrigger) -> TriggerOut:
+def trigger_out(trigger: PipelineTrigger) -> TriggerOut:
+    schedule = trigger.kind == TriggerKind.SCHEDULE.value
     return TriggerOut(
         id=trigger.id,
         pipeline_id=trigger.pipeline_id,
@@ -120,6 +124,8 @@ def _out(trigger: PipelineTrigger) -> TriggerOut:
         event_type=trigger.event_type,
         signing=trigger.signing,
         previous_secret_expires_at=previous_secret_expiry(trigger.signing_secrets, datetime.now(UTC)),
+        schedule=ScheduleSpec.of(trigger).describe() if schedule else None,
+        next_fire_at=trigger.next_fire_at if schedule else None,
         enabled=trigger.enabled,
         disabled_reason=trigger.disabled_reason,
     )
@@ -127,12 +133,43 @@ def _out(trigger: PipelineTrigger) -> TriggerOut:
 
 @router.get("/pipelines/{pipeline_id}/triggers", response_model=TriggerList, responses=responses(401, 404, 422))
 def list_triggers(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -> TriggerList:
+    """Every trigger of the pipeline: its schedule, webhooks and event subscriptions, on or off."""
     with api.sessions() as session:
-        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-        triggers = session.scalars(
-            sa.select(PipelineTrigger).where(PipelineTrigger.pipeline_id == pipeline_id).order_by(PipelineTrigger.id)
+        triggers = pipeline_triggers(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        return TriggerList(triggers=[trigger_out(trigger) for trigger in triggers])
+
+
+def _switch(workspace_id: int, pipeline_id: int, trigger_id: int, api: Api, *, enabled: bool) -> TriggerOut:
+    with transaction(api.sessions) as session:
+        trigger = set_trigger_enabled(
+            session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id, enabled=enabled
         )
-        return TriggerList(triggers=[_out(trigger) for trigger in triggers])
+        return trigger_out(trigger)
+
+
+@router.post(
+    "/pipelines/{pipeline_id}/triggers/{trigger_id}/enable",
+    response_model=TriggerOut,
+    responses=responses(401, 404, 409, 422),
+)
+def enable_trigger(
+    workspace_id: WorkspaceId, pipeline_id: PipelineId, trigger_id: Annotated[int, Path(ge=1, le=MAX_ID)], api: Api
+) -> TriggerOut:
+    """Switch a trigger on; a schedule is due next at its next fire time from now. A trigger of a
+    disabled pipeline fires into nothing until the pipeline is enabled."""
+    return _switch(workspace_id, pipeline_id, trigger_id, api, enabled=True)
+
+
+@router.post(
+    "/pipelines/{pipeline_id}/triggers/{trigger_id}/disable",
+    response_model=TriggerOut,
+    responses=responses(401, 404, 409, 422),
+)
+def disable_trigger(
+    workspace_id: WorkspaceId, pipeline_id: PipelineId, trigger_id: Annotated[int, Path(ge=1, le=MAX_ID)], api: Api
+) -> TriggerOut:
+    """Switch a trigger off: it fires no more until it is enabled again."""
+    return _switch(workspace_id, pipeline_id, trigger_id, api, enabled=False)
 
 
 @router.post(
@@ -156,7 +193,7 @@ def add_trigger(
                 signing=(body.signing or WebhookSigning.STANDARD).value,
             )
             return NewWebhookOut(
-                **_out(made.trigger).model_dump(), webhook_path=f"/webhooks/{made.token}", secret=made.secret
+                **trigger_out(made.trigger).model_dump(), webhook_path=f"/webhooks/{made.token}", secret=made.secret
             )
         if body.event_type is None:
             raise InvalidInputError("event_type", "an event trigger needs an event type")
@@ -165,7 +202,7 @@ def add_trigger(
         trigger = create_event_trigger(
             session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=body.event_type.value
         )
-        return _out(trigger)
+        return trigger_out(trigger)
 
 
 @router.delete(
@@ -209,7 +246,7 @@ def rotate_secret(
             trigger_id=trigger_id,
             overlap_seconds=(body or RotateIn()).overlap_seconds,
         )
-        return RotatedOut(**_out(rotated.trigger).model_dump(), secret=rotated.secret)
+        return RotatedOut(**trigger_out(rotated.trigger).model_dump(), secret=rotated.secret)
 
 
 @router.post(

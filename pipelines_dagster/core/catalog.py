@@ -7,10 +7,11 @@ rolls back everything the call wrote. The CLI and the HTTP API both use these.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import TypeVar
 
@@ -35,6 +36,11 @@ from pipelines_dagster.core.validation import InvalidInputError, validate_choice
 
 TOKEN_PREFIX = "pdk_"
 URLS_KEY = "INITIAL_URLS"
+TEMPLATE_KEY = "TEMPLATE"
+"""Where a template pipeline's config says which built-in template it was seeded from (core/templates.py)."""
+# last_used_at is for spotting stale tokens, so minutes are precise enough, and
+# most uses of a token then need no write at all.
+LAST_USED_RESOLUTION = timedelta(minutes=5)
 
 T = TypeVar("T")
 
@@ -45,6 +51,10 @@ class NotFoundError(LookupError):
 
 class SystemManagedError(Exception):
     """The pipeline is a connector's own periodic indexing: it follows the connector, not edits."""
+
+
+class InvalidTokenError(LookupError):
+    """An API token that is unknown or revoked; the message says which, and what to use instead."""
 
 
 def initial_urls(row: Connector | Pipeline) -> list[str] | None:
@@ -61,6 +71,26 @@ def set_initial_urls(row: Connector | Pipeline, urls: list[str] | None) -> None:
 def hash_token(token: str) -> str:
     # Tokens are 256 random bits, so a fast hash is enough: there is nothing to brute-force.
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def workspace_of_token(session: Session, token: str) -> int:
+    """The workspace an API token names, noting that it was used; an unknown or revoked token is refused."""
+    digest = hash_token(token)
+    row = session.scalar(sa.select(ApiToken).where(ApiToken.token_hash == digest))
+    if row is None or not hmac.compare_digest(row.token_hash, digest):
+        raise InvalidTokenError("the API token is not valid; use the token printed when the workspace was created")
+    if row.revoked_at is not None:
+        raise InvalidTokenError("the API token was revoked; use a current token of the workspace")
+    now = datetime.now(UTC)
+    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION:
+        stale = now - LAST_USED_RESOLUTION
+        # The condition repeats the check, so concurrent uses write the row once.
+        session.execute(
+            sa.update(ApiToken)
+            .where(ApiToken.id == row.id, sa.or_(ApiToken.last_used_at.is_(None), ApiToken.last_used_at <= stale))
+            .values(last_used_at=now)
+        )
+    return row.workspace_id
 
 
 @dataclass(frozen=True)
@@ -286,7 +316,10 @@ class PipelineChanges:
     """A folder at the KB root by name, created when missing; None is the root itself."""
     folder_id: int | Keep | None = KEEP
     urls: list[str] | Keep | None = KEEP
-    """The pipeline's own URLs; None crawls its connector's."""
+    """The pipeline's own URLs; None crawls its connector's. A template pipeline without a connector
+    given URLs gets a web connector of its own over them, crawling as its template does."""
+    connector_id: int | Keep = KEEP
+    """The connector it crawls (a template pipeline is seeded without one)."""
     schedule: ScheduleSpec | Keep | None = KEEP
     retry: RetryPolicy | Keep = KEEP
 
@@ -410,6 +443,7 @@ def update_pipeline(
     """
     pipeline = _editable(get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id))
     moment = now or datetime.now(UTC)
+    connector_before = pipeline.connector_id
     _one_folder(changes.folder is not KEEP, changes.folder_id is not KEEP)
     if not isinstance(changes.name, Keep):
         pipeline.name = _free_name(session, workspace_id, changes.name, pipeline_id=pipeline.id)
@@ -419,8 +453,12 @@ def update_pipeline(
         pipeline.destination_folder_id = _destination(
             session, workspace_id, folder=_given(changes.folder), folder_id=_given(changes.folder_id)
         )
+    if not isinstance(changes.connector_id, Keep):
+        pipeline.connector_id = _connector(session, workspace_id, changes.connector_id).id
+        session.flush()
+        session.refresh(pipeline, ["connector"])
     if not isinstance(changes.urls, Keep):
-        set_initial_urls(pipeline, None if changes.urls is None else _own_urls(pipeline.connector, changes.urls))
+        _set_urls(session, pipeline, changes.urls)
     if not isinstance(changes.schedule, Keep):
         spec = None if changes.schedule is None else _checked_schedule(changes.schedule)
         set_schedule(session, pipeline, spec, now=moment)
@@ -428,10 +466,56 @@ def update_pipeline(
         changes.retry.apply_to(pipeline)
     if not isinstance(changes.enabled, Keep):
         pipeline.enabled = changes.enabled
+    if pipeline.enabled and pipeline.connector_id is None and template_key(pipeline) is not None:
+        raise InvalidInputError(
+            "enabled",
+            f"pipeline {pipeline.id} is a template with nothing to crawl yet: give it a connector_id or urls "
+            "with (or before) enabling it",
+        )
     session.flush()
-    if not isinstance(changes.enabled, Keep) and pipeline.connector_id is not None:
-        reconcile_connector_indexing(session, pipeline.connector_id, now=moment)
+    # The de-dup guard of every connector whose user pipelines this may have changed.
+    if not isinstance(changes.enabled, Keep) or pipeline.connector_id != connector_before:
+        for connector_id in {connector_before, pipeline.connector_id}:
+            if connector_id is not None:
+                reconcile_connector_indexing(session, connector_id, now=moment)
     return pipeline
+
+
+def template_key(pipeline: Pipeline) -> str | None:
+    """The built-in template a pipeline was seeded from, by key; None for a pipeline a user made."""
+    key = (pipeline.config or {}).get(TEMPLATE_KEY)
+    return key if isinstance(key, str) else None
+
+
+def _set_urls(session: Session, pipeline: Pipeline, urls: list[str] | None) -> None:
+    """The pipeline's own URLs; a template pipeline that has no connector gets one of its own over
+    them, crawling as its template does (a site crawl from them with the template's bounds, or the list)."""
+    # Here, not at the top: the templates' presets build on this module.
+    from pipelines_dagster.core.templates import BY_KEY
+
+    key = template_key(pipeline)
+    template = BY_KEY.get(key) if key is not None else None
+    if urls is None or pipeline.connector_id is not None or template is None:
+        set_initial_urls(pipeline, None if urls is None else _own_urls(pipeline.connector, urls))
+        return
+    site = None
+    if template.site is not None:
+        max_depth, max_pages = template.site
+        try:
+            site = SiteConfig.validated(start_urls=urls, max_depth=max_depth, max_pages=max_pages)
+        except InvalidInputError as exc:
+            raise InvalidInputError("urls", exc.message) from None
+    connector = create_connector(
+        session,
+        workspace_id=pipeline.workspace_id,
+        connector_type=ConnectorType.WEBCRAWLER.value,
+        urls=None if site is not None else urls,
+        site=site,
+        name=pipeline.name,
+    )
+    pipeline.connector_id = connector.id
+    session.flush()
+    session.refresh(pipeline, ["connector"])
 
 
 def get_pipeline(session: Session, *, workspace_id: int, pipeline_id: int) -> Pipeline:

@@ -90,6 +90,10 @@ class ScheduleSpec:
             return ScheduleSpec(every_minutes=validate_interval(self.every_minutes))
         raise InvalidInputError("cron", "give a cron expression with a timezone, or an interval")
 
+    def describe(self) -> str:
+        """The schedule in words: cron '0 6 * * 1-5' UTC, or every 60 min."""
+        return f"cron {self.cron!r} {self.timezone}" if self.cron is not None else f"every {self.every_minutes} min"
+
     def next_fire_after(self, moment: datetime) -> datetime:
         if self.cron is not None and self.timezone is not None:
             return next_cron_fire(self.cron, self.timezone, after=moment)

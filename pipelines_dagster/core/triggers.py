@@ -33,7 +33,8 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import dialect_insert
 from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, TriggerKind, WebhookDelivery, WebhookSigning
-from pipelines_dagster.core.catalog import NotFoundError, get_pipeline, get_workspace, hash_token
+from pipelines_dagster.core.catalog import NotFoundError, SystemManagedError, get_pipeline, get_workspace, hash_token
+from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     first_secrets,
@@ -153,6 +154,51 @@ def get_trigger(session: Session, *, workspace_id: int, pipeline_id: int, trigge
     trigger = session.get(PipelineTrigger, trigger_id)
     if trigger is None or trigger.pipeline_id != pipeline_id:
         raise NotFoundError(f"trigger {trigger_id} is not a trigger of pipeline {pipeline_id}")
+    return trigger
+
+
+USER_DISABLED_REASON = "switched off by a user"
+
+
+def pipeline_triggers(session: Session, *, workspace_id: int, pipeline_id: int) -> list[PipelineTrigger]:
+    """A pipeline's triggers, oldest first."""
+    get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    return list(
+        session.scalars(
+            sa.select(PipelineTrigger).where(PipelineTrigger.pipeline_id == pipeline_id).order_by(PipelineTrigger.id)
+        )
+    )
+
+
+def set_trigger_enabled(
+    session: Session,
+    *,
+    workspace_id: int,
+    pipeline_id: int,
+    trigger_id: int,
+    enabled: bool,
+    now: datetime | None = None,
+) -> PipelineTrigger:
+    """Switch one trigger on or off; a schedule switched on is due next at its next fire time from now.
+
+    A trigger of a disabled pipeline may be switched on: it fires into nothing until the pipeline is
+    enabled (the pipeline is the switch). The connector's own periodic indexing follows the
+    de-dup guard, not this.
+    """
+    trigger = get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id)
+    if trigger.pipeline.system_managed:
+        raise SystemManagedError(
+            f"pipeline {pipeline_id} is a connector's own periodic indexing; its schedule follows the de-dup guard"
+        )
+    if enabled == trigger.enabled:
+        return trigger
+    next_fire_at = None
+    if enabled and trigger.kind == TriggerKind.SCHEDULE.value:
+        spec = ScheduleSpec.of(trigger).validated()
+        next_fire_at = spec.next_fire_after(now or datetime.now(UTC))
+    trigger.enabled, trigger.next_fire_at = enabled, next_fire_at
+    trigger.disabled_reason = None if enabled else USER_DISABLED_REASON
+    session.flush()
     return trigger
 
 

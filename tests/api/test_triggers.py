@@ -205,3 +205,59 @@ def test_the_access_log_never_prints_a_webhook_token(client, caplog):
             '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "POST", "/webhooks/whk_s3cr3t?x=1", "1.1", 202
         )
     assert caplog.messages == ['127.0.0.1:5000 - "POST /webhooks/<redacted>?x=1 HTTP/1.1" 202']
+
+
+def test_a_seeded_template_is_shown_disabled_with_why_and_turned_on_over_http(client, tenant, other, sessions):
+    from pipelines_dagster.app_db.engine import transaction
+    from pipelines_dagster.app_db.models import PipelineTrigger
+    from pipelines_dagster.core.templates import SCHEDULE_OFF_REASON, seed_templates
+
+    with transaction(sessions) as session:
+        seed_templates(session, tenant.workspace_id)
+    listed = client.get(tenant.pipelines, headers=tenant.headers).json()["pipelines"]
+    [watch] = [pipeline for pipeline in listed if pipeline["template"] == "change_watch"]
+    assert watch["enabled"] is False and watch["connector_id"] is None
+    assert watch["disabled_reason"].startswith("a built-in template (change_watch), shipped disabled")
+    assert watch["schedule"]["enabled"] is False and watch["schedule"]["disabled_reason"] == SCHEDULE_OFF_REASON
+    path = f"{tenant.pipelines}/{watch['id']}"
+
+    # Enabled with nothing to crawl: refused with the field, nothing written.
+    refused = client.put(path, headers=tenant.headers, json={"enabled": True})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "enabled"
+    assert client.get(path, headers=tenant.headers).json() == watch
+    foreign = client.put(path, headers=tenant.headers, json={"connector_id": other_connector(client, other)})
+    assert foreign.status_code == 422 and foreign.json()["detail"][0]["field"] == "connector_id"
+
+    turned_on = client.put(path, headers=tenant.headers, json={"connector_id": tenant.connector_id, "enabled": True})
+    assert turned_on.status_code == 200, turned_on.text
+    assert (turned_on.json()["connector_id"], turned_on.json()["enabled"]) == (tenant.connector_id, True)
+    assert turned_on.json()["disabled_reason"] is None and turned_on.json()["template"] == "change_watch"
+
+    triggers = client.get(f"{path}/triggers", headers=tenant.headers).json()["triggers"]
+    [schedule] = [trigger for trigger in triggers if trigger["kind"] == "schedule"]
+    assert (schedule["schedule"], schedule["next_fire_at"]) == ("every 60 min", None)
+    assert [trigger["kind"] for trigger in triggers if trigger["enabled"]] == ["manual", "event"]
+    on = client.post(f"{path}/triggers/{schedule['id']}/enable", headers=tenant.headers)
+    assert on.status_code == 200 and on.json()["enabled"] is True and on.json()["disabled_reason"] is None
+    assert datetime.fromisoformat(on.json()["next_fire_at"]) > datetime.now(UTC)
+    assert client.get(path, headers=tenant.headers).json()["schedule"]["enabled"] is True
+    off = client.post(f"{path}/triggers/{schedule['id']}/disable", headers=tenant.headers)
+    assert off.status_code == 200 and (off.json()["enabled"], off.json()["next_fire_at"]) == (False, None)
+    with sessions() as session:
+        assert session.get(PipelineTrigger, schedule["id"]).next_fire_at is None
+
+    # Another workspace's token sees none of it.
+    theirs = client.post(f"{path}/triggers/{schedule['id']}/enable", headers=other.headers)
+    assert theirs.status_code == 404
+    missing = client.post(f"{path}/triggers/999999/enable", headers=tenant.headers)
+    assert missing.status_code == 404
+
+
+def other_connector(client, other: Tenant) -> int:
+    made = client.post(
+        f"/workspaces/{other.workspace_id}/connectors",
+        headers=other.headers,
+        json={"type": "webcrawler", "urls": ["https://example.com/"]},
+    )
+    assert made.status_code == 201, made.text
+    return made.json()["id"]

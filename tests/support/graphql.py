@@ -1,4 +1,4 @@
-"""The GraphQL mutations the Dagster UI sends to launch runs: a run, a re-execution, a backfill."""
+"""The GraphQL the Dagster UI sends: to launch runs (a run, a re-execution, a backfill), to read and stop a schedule."""
 
 from __future__ import annotations
 
@@ -20,6 +20,20 @@ BACKFILL = """mutation($params: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $params) {
     __typename
     ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
+SCHEDULE_STATE = """query($selector: ScheduleSelector!) {
+  scheduleOrError(scheduleSelector: $selector) {
+    __typename
+    ... on Schedule { id scheduleState { id selectorId status } }
+    ... on PythonError { message }
+  }
+}"""
+STOP_SCHEDULE = """mutation($id: String) {
+  stopRunningSchedule(id: $id) {
+    __typename
+    ... on ScheduleStateResult { scheduleState { status } }
     ... on PythonError { message }
   }
 }"""

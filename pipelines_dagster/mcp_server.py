@@ -1,0 +1,235 @@
+"""`pipelines-dagster mcp`: the chat tools over the Model Context Protocol, on stdio or streamable HTTP,
+each request answering only for its API token's workspace, as the HTTP API does."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import click
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipelines_dagster.agent_tools import AgentTool, build_workspace_tools
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.core.catalog import InvalidTokenError, workspace_of_token
+
+# The SDK and the web stack are imported on use, like uvicorn in cli.py: the other commands do without them.
+if TYPE_CHECKING:
+    from mcp.server import Server, ServerRequestContext
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from pipelines_dagster.history import RunHistory
+
+TOKEN_ENV = "PIPELINES_MCP_TOKEN"
+MCP_PATH = "/mcp"
+# Where an HTTP request's workspace travels from the bearer check to the tool handlers.
+WORKSPACE_CLAIM = "workspace_id"
+INSTRUCTIONS = (
+    "Tools over one workspace's web-crawl pipelines: their recent runs, the pages that changed, "
+    "and what the crawls were charged. Every answer is about the workspace of the API token in use."
+)
+
+logger = logging.getLogger(__name__)
+
+WorkspaceOf = Callable[["ServerRequestContext[Any]"], Awaitable[int]]
+"""The workspace a request answers for: the stdio token's, or that of the HTTP request's own bearer token."""
+
+
+@dataclass(frozen=True)
+class WorkspaceTools:
+    """Every chat tool, built for the workspace a request answers for."""
+
+    history: RunHistory
+    sessions: sessionmaker[Session]
+
+    def of(self, workspace_id: int) -> dict[str, AgentTool]:
+        tools = build_workspace_tools(workspace_id=workspace_id, history=self.history, sessions=self.sessions)
+        return {tool.name: tool for tool in tools}
+
+
+def token_workspace(sessions: sessionmaker[Session], token: str) -> int:
+    """The token's workspace (InvalidTokenError for an unknown or revoked one), noting its use as the API does."""
+    with transaction(sessions) as session:
+        return workspace_of_token(session, token)
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an `Authorization: Bearer` header; InvalidTokenError without one."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise InvalidTokenError("send the workspace's API token as `Authorization: Bearer <token>`")
+    return token.strip()
+
+
+def build_server(tools: WorkspaceTools, workspace_of: WorkspaceOf) -> Server[Any]:
+    """An MCP server listing and calling the tools of each request's workspace; a tool answers in its own text,
+    bad arguments included, so the model can correct them."""
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.shared.exceptions import MCPError
+
+    async def request_tools(ctx: ServerRequestContext[Any]) -> dict[str, AgentTool]:
+        return tools.of(await workspace_of(ctx))
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        listed = (await request_tools(ctx)).values()
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=tool.name, description=tool.description, input_schema=tool.parameters)
+                for tool in listed
+            ]
+        )
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        listed = await request_tools(ctx)
+        tool = listed.get(params.name)
+        if tool is None:
+            raise MCPError(types.INVALID_PARAMS, f"no tool named {params.name!r}; the tools are {', '.join(listed)}")
+        # The tools query the databases: in a worker thread, so a slow answer holds up no other request.
+        answer = await anyio.to_thread.run_sync(functools.partial(tool, **(params.arguments or {})))
+        return types.CallToolResult(content=[types.TextContent(text=answer)])
+
+    return Server(
+        "pipelines-dagster",
+        version=importlib.metadata.version("pipelines-dagster"),
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def serve_stdio(tools: WorkspaceTools, token: str) -> None:
+    """Serve one client on stdin/stdout until it closes stdin."""
+    import mcp_types as types
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
+
+    async def workspace_of(_ctx: ServerRequestContext[Any]) -> int:
+        # Checked on every request, as the HTTP API checks each one: a revoked token stops answering at once.
+        try:
+            return await anyio.to_thread.run_sync(token_workspace, tools.sessions, token)
+        except InvalidTokenError as exc:
+            raise MCPError(types.INVALID_REQUEST, str(exc)) from None
+
+    server = build_server(tools, workspace_of)
+
+    async def serve() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(serve)
+
+
+def http_app(tools: WorkspaceTools, *, host: str, only_workspace: int | None) -> ASGIApp:
+    """Streamable HTTP at /mcp, every request refused with a 401 unless its bearer token names a workspace
+    (`only_workspace`, when given), and then answered for that workspace."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+    from starlette.datastructures import Headers
+    from starlette.responses import JSONResponse
+
+    async def workspace_of(ctx: ServerRequestContext[Any]) -> int:
+        # Every message over HTTP carries the request it came in, which `authenticated` below let through.
+        assert ctx.request is not None
+        workspace_id: int = ctx.request.user.access_token.claims[WORKSPACE_CLAIM]
+        return workspace_id
+
+    # `host` decides the SDK's DNS-rebinding protection: on for a loopback address.
+    app = build_server(tools, workspace_of).streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+
+    async def authenticated(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            # The lifespan, which starts the SDK's session manager.
+            await app(scope, receive, send)
+            return
+        try:
+            token = bearer_token(Headers(scope=scope).get("authorization"))
+            workspace_id = await anyio.to_thread.run_sync(token_workspace, tools.sessions, token)
+            if only_workspace is not None and workspace_id != only_workspace:
+                raise InvalidTokenError(
+                    "this server serves only the workspace of the token it was started with; "
+                    "use a token of that workspace"
+                )
+        except InvalidTokenError as exc:
+            refusal = JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            await refusal(scope, receive, send)
+            return
+        # The SDK binds each MCP session to this principal: another workspace's token cannot use it.
+        scope["user"] = AuthenticatedUser(
+            AccessToken(
+                token=token,
+                client_id=f"workspace-{workspace_id}",
+                scopes=[],
+                claims={WORKSPACE_CLAIM: workspace_id},
+            )
+        )
+        await app(scope, receive, send)
+
+    return authenticated
+
+
+@click.command("mcp")
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    show_envvar=True,
+    default=None,
+    help=f"A workspace API token. Prefer ${TOKEN_ENV}: a command line is visible to anyone running `ps`. "
+    "Required on stdio; with --http, only that token's workspace is served.",
+)
+@click.option(
+    "--http",
+    "over_http",
+    is_flag=True,
+    help=f"Serve streamable HTTP at {MCP_PATH}; every request sends `Authorization: Bearer <workspace token>`.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address to listen on.")
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="With --http: the port to listen on."
+)
+def mcp_command(token: str | None, over_http: bool, host: str, port: int) -> None:
+    """Serve the chat tools (runs, page changes, cost totals) over MCP, answering for one token's workspace.
+
+    On stdio (the default) the client starts this command and the token is its workspace's; with
+    --http, each request's bearer token decides its workspace.
+    """
+    # Imported on use: cli.py imports this module to register the command.
+    from pipelines_dagster.cli import open_sessions, user_errors
+    from pipelines_dagster.history import RunHistory
+    from pipelines_dagster.instance import dagster_instance
+    from pipelines_dagster.settings import DAGSTER_URL_ENV, load_settings
+
+    if token is None and not over_http:
+        raise click.UsageError(f"give the workspace's API token in ${TOKEN_ENV} (or --token)")
+
+    @user_errors
+    def start() -> None:
+        settings = load_settings()
+        sessions = open_sessions(settings)
+        try:
+            token_workspace_id = token_workspace(sessions, token) if token is not None else None
+        except InvalidTokenError as exc:
+            raise click.ClickException(str(exc)) from None
+        history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
+        tools = WorkspaceTools(history, sessions)
+        if over_http:
+            import uvicorn
+
+            uvicorn.run(http_app(tools, host=host, only_workspace=token_workspace_id), host=host, port=port)
+        else:
+            assert token is not None  # required without --http, above
+            # stdout carries the protocol: every log line goes to stderr.
+            logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+            logger.info("serving workspace %s over stdio", token_workspace_id)
+            serve_stdio(tools, token)
+
+    start()

@@ -1,0 +1,211 @@
+"""`pipelines-dagster mcp` through the official SDK's own client, over stdio and streamable HTTP: the
+chat tools listed and called, each answering for its token's workspace only; wrong tokens refused."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from pipelines_dagster.agent_tools import build_workspace_tools
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.page_changes import page_changes
+from pipelines_dagster.core import catalog
+from pipelines_dagster.mcp_server import MCP_PATH, TOKEN_ENV
+from tests.assets.conftest import Stack, embedded, web  # noqa: F401  (fixtures)
+from tests.support.dagster_dev import BIN, REPO_DIR
+from tests.support.processes import stop_group
+from tests.test_history import history
+
+pytestmark = pytest.mark.integration
+
+TOOLS = {"get_pipeline_runs", "get_page_changes", "get_cost_totals"}
+
+
+def two_workspaces(embedded: Stack) -> dict[str, tuple[int, int, str]]:
+    """Ours (two pages crawled twice, one of them changed) and theirs (one page): each (workspace id,
+    pipeline id, API token), with runs, page changes and charges in both."""
+    embedded.billing_enabled = True
+    assets = [crawl_results, kb_documents, page_changes]
+    ours, docs = embedded.pipeline(embedded.site(2), credit=100_000)
+    theirs, their_pipeline = embedded.pipeline(embedded.site(1, prefix="/q"), credit=100_000)
+    for pipeline_id, workspace_id in ((docs, ours), (their_pipeline, theirs), (docs, ours)):
+        assert embedded.run(pipeline_id, workspace_id, assets=assets).success
+    with transaction(embedded.sessions) as session:
+        tokens = {ours: catalog.issue_api_token(session, ours), theirs: catalog.issue_api_token(session, theirs)}
+    return {"ours": (ours, docs, tokens[ours]), "theirs": (theirs, their_pipeline, tokens[theirs])}
+
+
+def server_env(embedded: Stack, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The command's settings: the test's app database and Dagster instance."""
+    env = {
+        **os.environ,
+        "PIPELINES_DATA_DIR": str(tmp_path / "data"),
+        "PIPELINES_DATABASE_URL": embedded.url,
+        "DAGSTER_HOME": embedded.instance.root_directory,
+    }
+    env.pop(TOKEN_ENV, None)
+    return env | extra
+
+
+def expected_answers(embedded: Stack, workspace_id: int, calls: list[tuple[str, dict]]) -> list[str]:
+    """What the in-process chat tools answer for the workspace: the MCP server must answer the same."""
+    tools = {
+        tool.name: tool
+        for tool in build_workspace_tools(
+            workspace_id=workspace_id, history=history(embedded), sessions=embedded.sessions
+        )
+    }
+    return [tools[name](**arguments) for name, arguments in calls]
+
+
+async def listed_and_called(session, calls: list[tuple[str, dict]]) -> tuple[set[str], list[str]]:
+    await session.initialize()
+    listed = await session.list_tools()
+    answers = []
+    for name, arguments in calls:
+        result = await session.call_tool(name, arguments)
+        assert not result.is_error, result
+        [content] = result.content
+        answers.append(content.text)
+    return {tool.name for tool in listed.tools}, answers
+
+
+def calls_for(workspace: tuple[int, int, str], other: tuple[int, int, str]) -> list[tuple[str, dict]]:
+    _, pipeline_id, _ = workspace
+    _, other_pipeline, _ = other
+    return [
+        ("get_pipeline_runs", {}),
+        ("get_page_changes", {}),
+        ("get_page_changes", {"pipeline_id": other_pipeline}),
+        ("get_cost_totals", {}),
+        ("get_cost_totals", {"pipeline_id": pipeline_id, "since": "2020-01-01"}),
+        ("get_pipeline_runs", {"pipeline_id": other_pipeline}),
+    ]
+
+
+def assert_only_its_workspace(answers: list[str], workspace: tuple[int, int, str], other: tuple[int, int, str]):
+    _, pipeline_id, _ = workspace
+    runs, changes, other_changes, costs, _, other_runs = answers
+    assert len(runs.splitlines()) >= 1 and "succeeded" in runs
+    assert changes != "No page changes recorded." and all(
+        f"pipeline {pipeline_id}" in line for line in changes.splitlines()
+    )
+    assert f"pipeline {other[1]}" not in changes
+    assert other_changes == "No page changes recorded." and other_runs == "No pipeline runs yet."
+    assert "micro-credits" in costs and not costs.startswith("0 micro-credits")
+
+
+def test_an_sdk_client_over_stdio_lists_and_calls_the_tools_of_its_tokens_workspace(embedded: Stack, tmp_path):
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    workspaces = two_workspaces(embedded)
+    ours, theirs = workspaces["ours"], workspaces["theirs"]
+    calls = calls_for(ours, theirs)
+    expected = expected_answers(embedded, ours[0], calls)
+
+    async def session_over_stdio() -> tuple[set[str], list[str]]:
+        server = StdioServerParameters(
+            command=str(BIN / "pipelines-dagster"),
+            args=["mcp"],
+            env=server_env(embedded, tmp_path, **{TOKEN_ENV: ours[2]}),
+            cwd=REPO_DIR,
+        )
+        with (tmp_path / "stdio-server.log").open("w") as errlog:
+            async with stdio_client(server, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+                return await listed_and_called(session, calls)
+
+    names, answers = anyio.run(session_over_stdio)
+    assert names == TOOLS
+    assert answers == expected
+    assert_only_its_workspace(answers, ours, theirs)
+    # Bad arguments come back as the tool's own text, for the model to correct.
+    assert expected_answers(embedded, ours[0], [("get_cost_totals", {"since": "soon"})])[0].startswith(
+        "Invalid arguments for get_cost_totals: since:"
+    )
+
+
+def test_a_wrong_token_is_refused_before_stdio_serves_anything(embedded: Stack, tmp_path):
+    for token, reason in (("pdk_not-a-token", "the API token is not valid"), (None, f"${TOKEN_ENV}")):
+        env = server_env(embedded, tmp_path)
+        if token is not None:
+            env[TOKEN_ENV] = token
+        done = subprocess.run(
+            [str(BIN / "pipelines-dagster"), "mcp"],
+            env=env,
+            cwd=REPO_DIR,
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode != 0 and reason in done.stderr, done.stderr
+        assert done.stdout == ""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_sdk_client_over_streamable_http_answers_for_each_requests_bearer_token(embedded: Stack, tmp_path):
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    workspaces = two_workspaces(embedded)
+    ours, theirs = workspaces["ours"], workspaces["theirs"]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}{MCP_PATH}"
+    log = tmp_path / "http-server.log"
+    process = subprocess.Popen(
+        [str(BIN / "pipelines-dagster"), "mcp", "--http", "--port", str(port)],
+        env=server_env(embedded, tmp_path),
+        cwd=REPO_DIR,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                unauthenticated = httpx.post(url, json={}, timeout=3)
+                break
+            except httpx.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the MCP server did not start:\n{log.read_text()[-3000:]}", pytrace=False)
+                time.sleep(0.2)
+        # No token, or a wrong one: 401 with the reason, before any MCP message is read.
+        assert unauthenticated.status_code == 401 and "Authorization: Bearer" in unauthenticated.json()["detail"]
+        wrong = httpx.post(url, json={}, headers={"Authorization": "Bearer pdk_wrong"}, timeout=10)
+        assert wrong.status_code == 401 and "not valid" in wrong.json()["detail"]
+        assert wrong.headers["www-authenticate"] == "Bearer"
+
+        async def session_over_http(token: str, calls: list[tuple[str, dict]]) -> tuple[set[str], list[str]]:
+            client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+            async with (
+                client,
+                streamable_http_client(url, http_client=client) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                return await listed_and_called(session, calls)
+
+        for workspace, other in ((ours, theirs), (theirs, ours)):
+            calls = calls_for(workspace, other)
+            names, answers = anyio.run(session_over_http, workspace[2], calls)
+            assert names == TOOLS
+            assert answers == expected_answers(embedded, workspace[0], calls)
+            assert_only_its_workspace(answers, workspace, other)
+    finally:
+        stop_group(process)

@@ -82,3 +82,4 @@ bench: install
 	$(BIN)/python bench/history_query.py
 	$(BIN)/python bench/schedule_tick.py
 	$(BIN)/python bench/run_overhead.py
+	$(BIN)/python bench/notify_load.py

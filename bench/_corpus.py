@@ -837,7 +837,6 @@ class CorpusServer(ServerProcess):
 
 
 def _serve(root: Path, port: int) -> None:
-    import uvicorn
 
     last_modified_at = parsedate_to_datetime(LAST_MODIFIED)
     last_modified = LAST_MODIFIED.encode("ascii")
@@ -894,18 +893,7 @@ def _serve(root: Path, port: int) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="off",
-        access_log=False,
-        log_level="warning",
-        timeout_keep_alive=30,
-        backlog=1024,
-    )
+    serve_asgi(app, port)
 
 
 class TreeSampler:
@@ -1374,3 +1362,21 @@ if __name__ == "__main__":
         raise SystemExit(f"usage: {Path(sys.argv[0]).name} serve ROOT PORT")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     _serve(Path(sys.argv[2]), int(sys.argv[3]))
+
+
+def serve_asgi(app: Any, port: int) -> None:
+    """A bench's raw ASGI server on 127.0.0.1: uvicorn with httptools and uvloop, quiet, until killed."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=30,
+        backlog=1024,
+    )

@@ -141,7 +141,9 @@ def pipeline_batch() -> None:
 
 
 def batch_run_request(fires: Sequence[Fire]) -> dg.RunRequest:
-    """One `pipeline_batch` run for these fires; the same fires always make the same run key."""
+    """One `pipeline_batch` run for these fires, its members in pipeline order (as its tags list them);
+    the same fires always make the same run key."""
+    fires = sorted(fires, key=lambda fire: fire.pipeline_id)
     config = PipelineBatchConfig(
         pipelines=[
             BatchPipeline(

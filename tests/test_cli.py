@@ -704,3 +704,57 @@ def test_bad_site_crawl_input_is_refused_naming_the_field_and_writes_nothing(
     result = cli(*f"connector create --workspace {workspace['id']} --type webcrawler {arguments}".split(), ok=False)
     assert field in result.output
     assert connector_count(cli) == before
+
+
+def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_cli(cli, workspace, connector, tmp_path):
+    from pipelines_dagster.core.templates import SCHEDULE_OFF_REASON, TEMPLATES
+
+    ws = str(workspace["id"])
+    catalog = cli.json("templates", "list")["templates"]
+    assert [entry["key"] for entry in catalog] == [template.key for template in TEMPLATES]
+    listed = cli.json("pipeline", "list", "--workspace", ws)["pipelines"]
+    seeded = {pipeline["template"]: pipeline for pipeline in listed if pipeline["template"]}
+    assert set(seeded) == {template.key for template in TEMPLATES}
+    assert not any(pipeline["enabled"] for pipeline in seeded.values())
+    watch = seeded["change_watch"]
+    assert (
+        "disabled (a built-in template (change_watch)"
+        in cli("pipeline", "show", "--workspace", ws, str(watch["id"])).output
+    )
+    # Each template has its partition, as any pipeline.
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
+        assert {str(p["id"]) for p in seeded.values()} <= set(instance.get_dynamic_partitions("pipelines"))
+
+    triggers = cli.json("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"]))["triggers"]
+    [schedule] = [trigger for trigger in triggers if trigger["kind"] == "schedule"]
+    assert (schedule["enabled"], schedule["disabled_reason"]) == (False, SCHEDULE_OFF_REASON)
+    assert (
+        f"{schedule['id']}\tschedule\tevery 60 min\toff (seeded off"
+        in cli("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"])).output
+    )
+
+    refused = cli("pipeline", "enable", "--workspace", ws, str(watch["id"]), ok=False).output
+    assert "enabled" in refused and "give it a connector_id or urls" in refused
+    on = cli.json(
+        "pipeline", "update", "--workspace", ws, str(watch["id"]), "--connector", str(connector["id"]), "--enable"
+    )
+    assert (on["connector_id"], on["enabled"], on["disabled_reason"]) == (connector["id"], True, None)
+    enabled = cli.json(
+        "trigger", "enable", "--workspace", ws, "--pipeline", str(watch["id"]), "--trigger", str(schedule["id"])
+    )
+    assert enabled["enabled"] is True and enabled["next_fire_at"] is not None
+    missing = cli(
+        "trigger", "disable", "--workspace", ws, "--pipeline", str(watch["id"]), "--trigger", "9999", ok=False
+    )
+    assert f"trigger 9999 is not a trigger of pipeline {watch['id']}" in missing.output
+
+    reseeded = cli.json("templates", "seed", "--workspace", ws)
+    assert reseeded["workspaces"] == [
+        {"workspace_id": workspace["id"], "created": [], "kept": sorted(p["id"] for p in seeded.values())}
+    ]
+    assert reseeded["retention_schedule"] == {"name": "maintenance_daily", "restarted": False}
+    after = cli.json("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"]))["triggers"]
+    assert next(t for t in after if t["kind"] == "schedule")["enabled"] is True
+    assert cli.json("pipeline", "show", "--workspace", ws, str(watch["id"]))["enabled"] is True

@@ -18,8 +18,6 @@ import click
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster import demo as demo_site
-from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
 from pipelines_dagster.app_db.models import ConnectorType, DeliveryStatus, NotificationEndpoint, Pipeline
@@ -58,8 +56,9 @@ from pipelines_dagster.notifications import endpoints as notifications
 from pipelines_dagster.notifications.payloads import NotificationEvent
 from pipelines_dagster.settings import Settings, SettingsError, load_settings
 
-# --json prints the API's own models, so the field names are the API's. They are imported on use:
-# the api package loads the web stack, which the other commands do without.
+# Dagster (services, demo, the instance, run history) and the web stack are imported on use by the
+# commands that need them: `pipeline run` and the catalog commands start without loading either.
+# --json prints the API's own models, so the field names are the API's.
 if TYPE_CHECKING:
     from pipelines_dagster.api import notifications as api_notifications
     from pipelines_dagster.api import schemas
@@ -76,8 +75,6 @@ USER_ERRORS = (
     UnknownWorkspaceError,
     DatabaseNotReadyError,
     SettingsError,
-    demo_site.DemoSiteMissingError,
-    demo_site.SitePortBusyError,
 )
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
@@ -166,6 +163,8 @@ def workspace() -> None:
 def workspace_create(name: str, owner: str, as_json: bool) -> None:
     """Create a workspace, with the built-in pipeline templates (disabled), and print its API token
     (shown this once only)."""
+    from pipelines_dagster import services
+
     settings = load_settings()
     with transaction(open_sessions(settings)) as session:
         created = services.create_workspace(session, dagster_instance(settings), name=name, owner_user_id=owner)
@@ -221,6 +220,7 @@ def templates_list(as_json: bool) -> None:
 def templates_seed(workspace_id: int | None, as_json: bool) -> None:
     """Give each workspace the templates it lacks (disabled, schedules off), keeping the ones it has as
     they are; and switch the retention schedule back on if it was stopped: it is garbage collection."""
+    from pipelines_dagster import services
     from pipelines_dagster.app_db.models import Workspace
     from pipelines_dagster.schedules import RETENTION_SCHEDULE, keep_retention_on
 
@@ -316,6 +316,8 @@ def connector_create(
     as_json: bool,
 ) -> None:
     """Create a connector; a webcrawler connector needs --url or --url-file (list mode), or --site (site mode)."""
+    from pipelines_dagster import services
+
     if urls and url_file:
         raise InvalidInputError("url_file", "give --url or --url-file, not both")
     all_urls = read_url_file(url_file) if url_file else list(urls)
@@ -474,6 +476,7 @@ def pipeline_create(
     as_json: bool,
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
+    from pipelines_dagster import services
     from pipelines_dagster.api import schemas
 
     retry = retry_of(retry_backoff, retry_max, retry_delay)
@@ -664,6 +667,8 @@ def pipeline_disable(workspace_id: int, pipeline_id: int, as_json: bool) -> None
 @user_errors
 def pipeline_delete(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
     """Delete a pipeline, its triggers and its Dagster partition (run history stays in Dagster)."""
+    from pipelines_dagster import services
+
     settings = load_settings()
     with transaction(open_sessions(settings)) as session:
         services.delete_pipeline(
@@ -709,6 +714,15 @@ def demo(once: bool, site_port: int, ui_port: int) -> None:
     Without --once, keeps the site up and starts `dagster dev` (UI and daemon) on
     the embedded default, so the demo partition can be materialized from the UI.
     """
+    from pipelines_dagster import demo as demo_site
+
+    try:
+        _demo(demo_site, once=once, site_port=site_port, ui_port=ui_port)
+    except (demo_site.DemoSiteMissingError, demo_site.SitePortBusyError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _demo(demo_site: Any, *, once: bool, site_port: int, ui_port: int) -> None:
     settings = load_settings()
     engine = open_engine(settings, migrated=False)
     upgrade(engine)

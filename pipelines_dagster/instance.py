@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import dagster as dg
+from typing import TYPE_CHECKING
 
 from pipelines_dagster.settings import Settings
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 
 def dagster_instance(settings: Settings) -> dg.DagsterInstance:
@@ -16,4 +18,7 @@ def dagster_instance(settings: Settings) -> dg.DagsterInstance:
     Path(home).mkdir(parents=True, exist_ok=True)
     # deploy/dagster.yaml reads its storage directory from the variable.
     os.environ["DAGSTER_HOME"] = home
+    # Imported on use: the CLI's commands that need no instance start without loading Dagster.
+    import dagster as dg
+
     return dg.DagsterInstance.get()

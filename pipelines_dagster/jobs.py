@@ -5,10 +5,10 @@ import dagster as dg
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.runs import TRIGGER_TAG, UI_TRIGGER
+from pipelines_dagster.runs import PIPELINE_RUN_JOB, TRIGGER_TAG, UI_TRIGGER
 
 pipeline_run = dg.define_asset_job(
-    "pipeline_run",
+    PIPELINE_RUN_JOB,
     selection=[crawl_results, kb_documents, page_changes],
     # Launches from the UI carry no trigger of their own; every other launcher sets one.
     tags={TRIGGER_TAG: UI_TRIGGER.value},

@@ -16,15 +16,16 @@ import anyio
 import click
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.agent_tools import AgentTool, build_workspace_tools
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.core.catalog import InvalidTokenError, workspace_of_token
 
-# The SDK and the web stack are imported on use, like uvicorn in cli.py: the other commands do without them.
+# The SDK, the web stack and the tools (which load Dagster) are imported on use: the CLI registers
+# this command, and its other commands do without them.
 if TYPE_CHECKING:
     from mcp.server import Server, ServerRequestContext
     from starlette.types import ASGIApp, Receive, Scope, Send
 
+    from pipelines_dagster.agent_tools import AgentTool
     from pipelines_dagster.history import RunHistory
 
 TOKEN_ENV = "PIPELINES_MCP_TOKEN"
@@ -50,6 +51,8 @@ class WorkspaceTools:
     sessions: sessionmaker[Session]
 
     def of(self, workspace_id: int) -> dict[str, AgentTool]:
+        from pipelines_dagster.agent_tools import build_workspace_tools
+
         tools = build_workspace_tools(workspace_id=workspace_id, history=self.history, sessions=self.sessions)
         return {tool.name: tool for tool in tools}
 

@@ -14,6 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+CODE_LOCATION = "pipelines_dagster"
+"""The code location's name in every deployment (workspace.yaml, pyproject's [tool.dagster] and [tool.dg])."""
+REPOSITORY = "__repository__"
+"""Its one repository, as Dagster names a Definitions object's."""
+PIPELINE_RUN_JOB = "pipeline_run"
+"""The job a pipeline's run is (jobs.py), by name: launches name it without loading the definitions."""
+
 
 def partition_key(pipeline_id: int) -> str:
     """The key of a pipeline's partition of every pipeline asset: its id."""

@@ -11,6 +11,7 @@ from pipelines_dagster.crawl_metadata import latest_crawl
 from pipelines_dagster.partitions import PARTITIONS_NAME
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
+from pipelines_dagster.runs import CODE_LOCATION
 
 
 class RetentionConfig(dg.Config):
@@ -58,9 +59,6 @@ def maintenance() -> None:
 
 
 RETENTION_SCHEDULE = "maintenance_daily"
-# As the deployment names the code location (workspace.yaml, pyproject's [tool.dg]), so a schedule's
-# state read here is the one the daemon reads.
-CODE_LOCATION = "pipelines_dagster"
 
 
 def build_maintenance_schedule(*, retention_days: int) -> dg.ScheduleDefinition:
@@ -88,6 +86,7 @@ def keep_retention_on(instance: dg.DagsterInstance) -> bool:
 
     origin = InProcessCodeLocationOrigin(
         LoadableTargetOrigin(executable_path=sys.executable, module_name="pipelines_dagster.definitions"),
+        # As the deployment names it, so the schedule's state read here is the one the daemon reads.
         location_name=CODE_LOCATION,
     )
     with origin.create_location(instance) as location:

@@ -758,3 +758,17 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     after = cli.json("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"]))["triggers"]
     assert next(t for t in after if t["kind"] == "schedule")["enabled"] is True
     assert cli.json("pipeline", "show", "--workspace", ws, str(watch["id"]))["enabled"] is True
+
+
+def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
+    # Most of the ten seconds a manual run may take to start, on a busy machine, was importing Dagster.
+    script = "import json, sys, pipelines_dagster.cli, pipelines_dagster.launch; print(json.dumps(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    modules = set(json.loads(loaded))
+    assert "pipelines_dagster.cli" in modules
+    assert not {module for module in modules if module == "dagster" or module.startswith(("dagster.", "dagster_"))}

@@ -179,3 +179,18 @@ def test_the_packages_loggers_write_to_the_run_log(instance: dg.DagsterInstance,
     assert (logging.WARNING, "lock 'pipeline:1' was lost: it expired or another owner took it") in logs
     # The managed loggers' level is context.log's too: INFO lines, like the crawl's progress, still land.
     assert (logging.INFO, "an INFO line from the step") in logs
+
+
+def test_every_way_of_loading_the_code_location_names_it_as_launches_and_reseeding_do() -> None:
+    import tomllib
+
+    import yaml
+
+    from pipelines_dagster.runs import CODE_LOCATION
+
+    repo = DEPLOY.parent
+    pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
+    [entry] = yaml.safe_load((repo / "workspace.yaml").read_text())["load_from"]
+    assert entry["python_module"]["location_name"] == CODE_LOCATION
+    assert pyproject["tool"]["dagster"]["code_location_name"] == CODE_LOCATION
+    assert pyproject["tool"]["dg"]["project"]["code_location_name"] == CODE_LOCATION

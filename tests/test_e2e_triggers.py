@@ -392,7 +392,8 @@ def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(depl
 
 
 def test_reseeding_switches_the_retention_schedule_back_on_after_the_ui_stopped_it(deployment: Deployment):
-    from pipelines_dagster.schedules import CODE_LOCATION, RETENTION_SCHEDULE
+    from pipelines_dagster.runs import CODE_LOCATION, REPOSITORY
+    from pipelines_dagster.schedules import RETENTION_SCHEDULE
 
     def graphql(query: str, **variables) -> dict:
         answer = httpx.post(f"{deployment.ui_url}/graphql", json={"query": query, "variables": variables}, timeout=30)
@@ -400,7 +401,7 @@ def test_reseeding_switches_the_retention_schedule_back_on_after_the_ui_stopped_
 
     selector = {
         "repositoryLocationName": CODE_LOCATION,
-        "repositoryName": "__repository__",
+        "repositoryName": REPOSITORY,
         "scheduleName": RETENTION_SCHEDULE,
     }
 

@@ -336,14 +336,19 @@ def partitions(tmp_path) -> list[str]:
 
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
         keys = instance.get_dynamic_partitions("pipelines")
-    return [key for key in keys if key not in template_pipelines(tmp_path)]
+    templates = template_pipelines(tmp_path)
+    return [key for key in keys if key not in templates]
 
 
 def template_pipelines(tmp_path) -> set[str]:
     from pipelines_dagster.core.catalog import template_key
 
-    with Session(create_engine(f"sqlite:///{tmp_path / 'data' / 'app.sqlite3'}")) as session:
-        return {str(pipeline.id) for pipeline in session.scalars(sa.select(Pipeline)) if template_key(pipeline)}
+    engine = create_engine(f"sqlite:///{tmp_path / 'data' / 'app.sqlite3'}")
+    try:
+        with Session(engine) as session:
+            return {str(pipeline.id) for pipeline in session.scalars(sa.select(Pipeline)) if template_key(pipeline)}
+    finally:
+        engine.dispose()
 
 
 def test_pipeline_partitions_follow_create_and_delete(cli, workspace, connector, tmp_path):

@@ -69,6 +69,19 @@ class Deployment:
             time.sleep(1)
         pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}", pytrace=False)
 
+    def cli(self, *args: str, timeout: float = 60) -> str:
+        """`pipelines-dagster ARGS` against this deployment, as a user runs it; its output."""
+        done = subprocess.run(
+            [str(BIN / "pipelines-dagster"), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=REPO_DIR,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
     def finished_run(self, pipeline_id: int, trigger: str, timeout: float) -> dg.DagsterRun:
         def done() -> dg.DagsterRun | None:
             for run in self.runs(pipeline_id):
@@ -267,25 +280,9 @@ def cli_manual_run(deployment: Deployment, name: str) -> tuple[int, str, float, 
     returned, seconds until the run left the queue or None if not within 10 s), timed from the call."""
     workspace_id, pipeline_id = deployment.pipeline(name)
     started = time.monotonic()
-    done = subprocess.run(
-        [
-            str(BIN / "pipelines-dagster"),
-            "pipeline",
-            "run",
-            "--workspace",
-            str(workspace_id),
-            str(pipeline_id),
-            "--json",
-        ],
-        env=deployment.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_DIR,
-    )
+    shown = deployment.cli("pipeline", "run", "--workspace", str(workspace_id), str(pipeline_id), "--json")
     returned = time.monotonic() - started
-    assert done.returncode == 0, done.stderr
-    run_id = json.loads(done.stdout)["run_id"]
+    run_id = json.loads(shown)["run_id"]
     while (elapsed := time.monotonic() - started) < 10:
         run = deployment.instance.get_run_by_id(run_id)
         if run is not None and run.status not in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
@@ -349,15 +346,7 @@ def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(depl
 
     pipelines = [deployment.pipeline(f"backfill{n}") for n in range(3)]
     for workspace_id, pipeline_id in pipelines:
-        done = subprocess.run(
-            [str(BIN / "pipelines-dagster"), "pipeline", "run", "--workspace", str(workspace_id), str(pipeline_id)],
-            env=deployment.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=REPO_DIR,
-        )
-        assert done.returncode == 0, done.stderr
+        deployment.cli("pipeline", "run", "--workspace", str(workspace_id), str(pipeline_id))
     for _, pipeline_id in pipelines:
         assert deployment.finished_run(pipeline_id, "manual", timeout=120).status == dg.DagsterRunStatus.SUCCESS
     workspace_ids = [workspace_id for workspace_id, _ in pipelines]
@@ -432,16 +421,7 @@ def test_reseeding_switches_the_retention_schedule_back_on_after_the_ui_stopped_
     workspace_id, _ = deployment.pipeline("reseeded")
 
     def seed() -> dict:
-        done = subprocess.run(
-            [str(BIN / "pipelines-dagster"), "templates", "seed", "--json"],
-            env=deployment.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO_DIR,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
+        return json.loads(deployment.cli("templates", "seed", "--json", timeout=120))
 
     first = seed()
     # What the UI (and the daemon) read of the schedule: running again.

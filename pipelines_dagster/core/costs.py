@@ -115,8 +115,11 @@ def cost_totals(
     if pipeline_id is not None:
         query = query.where(pipeline == pipeline_id)
     rows = session.execute(query).all()
+    charged = [pid for pid, _, _ in rows if pid is not None]
     names = dict(
-        session.execute(sa.select(Pipeline.id, Pipeline.name).where(Pipeline.workspace_id == workspace_id)).all()
+        session.execute(
+            sa.select(Pipeline.id, Pipeline.name).where(Pipeline.workspace_id == workspace_id, Pipeline.id.in_(charged))
+        ).all()
     )
     pipelines = sorted(
         (

@@ -138,7 +138,7 @@ class SeedReport:
 
 def seed_templates(session: Session, workspace_id: int, *, templates: Sequence[Template] = TEMPLATES) -> SeedReport:
     """Give the workspace each template it lacks; idempotent, and the ones it has are not touched."""
-    get_workspace(session, workspace_id)
+    owner = get_workspace(session, workspace_id).owner_user_id
     existing = {
         key: pipeline_id
         for pipeline_id, config in session.execute(
@@ -152,7 +152,7 @@ def seed_templates(session: Session, workspace_id: int, *, templates: Sequence[T
         if template.key in existing:
             report.kept.append(existing[template.key])
             continue
-        report.created.append(_seed(session, workspace_id, template, name=_free(template.name, taken)).id)
+        report.created.append(_seed(session, workspace_id, template, name=_free(template.name, taken), owner=owner).id)
     session.flush()
     return report
 
@@ -167,7 +167,7 @@ def _free(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _seed(session: Session, workspace_id: int, template: Template, *, name: str) -> Pipeline:
+def _seed(session: Session, workspace_id: int, template: Template, *, name: str, owner: str) -> Pipeline:
     folder = get_or_create_folder(session, workspace_id=workspace_id, name=template.folder) if template.folder else None
     pipeline = Pipeline(
         workspace_id=workspace_id,
@@ -176,7 +176,7 @@ def _seed(session: Session, workspace_id: int, template: Template, *, name: str)
         save_to_kb=template.save_to_kb,
         destination_folder_id=folder.id if folder is not None else None,
         enabled=False,
-        created_by=get_workspace(session, workspace_id).owner_user_id,
+        created_by=owner,
         config={TEMPLATE_KEY: template.key, THRESHOLD_KEY: template.min_success_ratio},
     )
     template.retry.apply_to(pipeline)

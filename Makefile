@@ -11,7 +11,7 @@ DG := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/dg
 export PIPELINES_DATA_DIR ?= $(CURDIR)/.pipelines-data
 export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
 
-.PHONY: install install-dev lock run dev check-defs lint test bench
+.PHONY: install install-dev lock run dev check-defs lint test bench bench-smoke
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or 3.12 is needed, found " + sys.version.split()[0]) if sys.version_info[:2] not in ((3, 11), (3, 12)) else None'
@@ -83,3 +83,16 @@ bench: install
 	$(BIN)/python bench/schedule_tick.py
 	$(BIN)/python bench/run_overhead.py
 	$(BIN)/python bench/notify_load.py
+
+# Every bench at a tiny size of the same code path: its figures printed, its speed and memory targets not
+# judged; each fails only when something did not work (a crash, a failed run, a wrong count). CI runs it.
+bench-smoke: install
+	$(BIN)/python bench/blob_stream.py --smoke
+	$(BIN)/python bench/crawl_throughput.py --smoke
+	$(BIN)/python bench/crawl_throughput.py --mode site --smoke
+	$(BIN)/python bench/crawl_memory.py --smoke
+	$(BIN)/python bench/crawl_memory.py --mode site --smoke
+	$(BIN)/python bench/history_query.py --smoke
+	$(BIN)/python bench/schedule_tick.py --smoke
+	$(BIN)/python bench/run_overhead.py --smoke
+	$(BIN)/python bench/notify_load.py --smoke

@@ -1357,13 +1357,6 @@ def served_corpus(
     return served(write)
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "serve":
-        raise SystemExit(f"usage: {Path(sys.argv[0]).name} serve ROOT PORT")
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    _serve(Path(sys.argv[2]), int(sys.argv[3]))
-
-
 def serve_asgi(app: Any, port: int) -> None:
     """A bench's raw ASGI server on 127.0.0.1: uvicorn with httptools and uvloop, quiet, until killed."""
     import uvicorn
@@ -1380,3 +1373,10 @@ def serve_asgi(app: Any, port: int) -> None:
         timeout_keep_alive=30,
         backlog=1024,
     )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "serve":
+        raise SystemExit(f"usage: {Path(sys.argv[0]).name} serve ROOT PORT")
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    _serve(Path(sys.argv[2]), int(sys.argv[3]))

@@ -14,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from pipelines_dagster.core.text import storable, storable_json
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -44,6 +46,34 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class StorableText(sa.TypeDecorator[str]):
+    """TEXT for text from outside (crawled pages, what clients send), written without what
+    PostgreSQL or its driver refuses (core/text.py), so both databases store the same."""
+
+    impl: type[sa.String] = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: sa.Dialect) -> str | None:
+        return None if value is None else storable(value)
+
+
+class StorableString(StorableText):
+    """StorableText in a VARCHAR of the given length."""
+
+    impl = sa.String
+    cache_ok = True
+
+
+class StorableJSON(sa.TypeDecorator[Any]):
+    """JSON from outside, every string in it (keys too) written as StorableText writes text."""
+
+    impl = sa.JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: sa.Dialect) -> Any:
+        return storable_json(value)
 
 
 class Base(DeclarativeBase):
@@ -124,7 +154,7 @@ class Workspace(Base):
     __tablename__ = "workspaces"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(sa.String(200))
+    name: Mapped[str] = mapped_column(StorableString(200))
     owner_user_id: Mapped[str] = mapped_column(sa.String(200), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -150,7 +180,7 @@ class Folder(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
     parent_id: Mapped[int | None] = mapped_column(sa.ForeignKey("folders.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(sa.String(255))
+    name: Mapped[str] = mapped_column(StorableString(255))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -160,10 +190,10 @@ class Connector(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
-    name: Mapped[str] = mapped_column(sa.String(200))
+    name: Mapped[str] = mapped_column(StorableString(200))
     connector_type: Mapped[str] = mapped_column(sa.String(32))
     # For webcrawler connectors: {"INITIAL_URLS": ["https://...", ...]}.
-    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    config: Mapped[dict[str, Any]] = mapped_column(StorableJSON, default=dict)
     periodic_indexing_enabled: Mapped[bool] = mapped_column(default=False)
     indexing_frequency_minutes: Mapped[int | None]
     next_scheduled_at: Mapped[datetime | None]
@@ -186,14 +216,14 @@ class Pipeline(Base):
     workspace_id: Mapped[int] = _workspace_fk()
     # NULL for an uploads pipeline, which has no fetch executor.
     connector_id: Mapped[int | None] = mapped_column(sa.ForeignKey("connectors.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(sa.String(200))
+    name: Mapped[str] = mapped_column(StorableString(200))
     save_to_kb: Mapped[bool] = mapped_column(default=True)
     # NULL means the workspace root.
     destination_folder_id: Mapped[int | None] = mapped_column(
         sa.ForeignKey("folders.id", ondelete="SET NULL"), index=True
     )
     # Per-pipeline overrides of the connector config, e.g. INITIAL_URLS.
-    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    config: Mapped[dict[str, Any]] = mapped_column(StorableJSON, default=dict)
     enabled: Mapped[bool] = mapped_column(default=True)
     created_by: Mapped[str | None] = mapped_column(sa.String(200))
     # The connector's own periodic indexing, expressed as a pipeline.
@@ -289,7 +319,7 @@ class DomainEvent(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
     event_type: Mapped[str] = mapped_column(sa.String(64))
-    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    payload: Mapped[dict[str, Any]] = mapped_column(StorableJSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Set by the event sensor in the transaction that takes the row; NULL until then.
     requested_at: Mapped[datetime | None]
@@ -309,15 +339,15 @@ class Document(Base):
     connector_id: Mapped[int | None] = mapped_column(sa.ForeignKey("connectors.id", ondelete="SET NULL"), index=True)
     pipeline_id: Mapped[int | None] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="SET NULL"), index=True)
     document_type: Mapped[str] = mapped_column(sa.String(32))
-    url: Mapped[str | None] = mapped_column(sa.Text)
+    url: Mapped[str | None] = mapped_column(StorableText)
     # sha256 of "{document_type}:{url}:{workspace_id}": one document per URL per workspace.
     unique_identifier_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
-    title: Mapped[str | None] = mapped_column(sa.Text)
-    content: Mapped[str | None] = mapped_column(sa.Text)
+    title: Mapped[str | None] = mapped_column(StorableText)
+    content: Mapped[str | None] = mapped_column(StorableText)
     content_hash: Mapped[str | None] = mapped_column(sa.String(64))
-    document_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    document_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", StorableJSON, default=dict)
     status_state: Mapped[str] = mapped_column(sa.String(16), default=DocumentState.PENDING.value)
-    status_reason: Mapped[str | None] = mapped_column(sa.Text)
+    status_reason: Mapped[str | None] = mapped_column(StorableText)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     # Set when a healthy crawl no longer covers the page (left the list or the site, or 404/410);
@@ -339,14 +369,14 @@ class PageChange(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
     pipeline_id: Mapped[int] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="CASCADE"))
-    url: Mapped[str] = mapped_column(sa.Text)
+    url: Mapped[str] = mapped_column(StorableText)
     document_id: Mapped[int | None] = mapped_column(sa.ForeignKey("documents.id", ondelete="SET NULL"), index=True)
     # The crawl_results run whose blob was compared.
     run_id: Mapped[str] = mapped_column(sa.String(64))
     status: Mapped[str] = mapped_column(sa.String(16))
     previous_hash: Mapped[str | None] = mapped_column(sa.String(64))
     current_hash: Mapped[str | None] = mapped_column(sa.String(64))
-    diff: Mapped[str | None] = mapped_column(sa.Text)
+    diff: Mapped[str | None] = mapped_column(StorableText)
     observed_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -359,13 +389,13 @@ class PageState(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
     pipeline_id: Mapped[int] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="CASCADE"))
-    url: Mapped[str] = mapped_column(sa.Text)
+    url: Mapped[str] = mapped_column(StorableText)
     # sha256 of the URL: a unique index over unbounded text would hit PostgreSQL's btree row limit.
     url_hash: Mapped[str] = mapped_column(sa.String(64))
     # NULL once the page is removed; a later success makes it new again.
     content_hash: Mapped[str | None] = mapped_column(sa.String(64))
     # Normalized markdown of the last good crawl, kept so a change can be shown as a diff.
-    content: Mapped[str | None] = mapped_column(sa.Text)
+    content: Mapped[str | None] = mapped_column(StorableText)
     # The crawl run this row last took part in; a re-run over the same crawl appends nothing.
     run_id: Mapped[str] = mapped_column(sa.String(64))
     last_checked_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -422,8 +452,8 @@ class NotificationEndpoint(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
-    url: Mapped[str] = mapped_column(sa.Text)
-    description: Mapped[str | None] = mapped_column(sa.String(200))
+    url: Mapped[str] = mapped_column(StorableText)
+    description: Mapped[str | None] = mapped_column(StorableString(200))
     event_types: Mapped[list[str]] = mapped_column(sa.JSON)
     # NULL: every pipeline of the workspace.
     pipeline_ids: Mapped[list[int] | None] = mapped_column(sa.JSON)

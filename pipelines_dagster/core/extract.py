@@ -16,6 +16,7 @@ from lxml.html import HtmlElement
 
 from pipelines_dagster.core.extracted import HTML_TYPES, Extracted
 from pipelines_dagster.core.links import PageLinks, page_links
+from pipelines_dagster.core.text import storable
 
 METADATA_FIELDS = ("title", "description", "author", "date", "language")
 
@@ -29,7 +30,9 @@ _BLANK_RUN = re.compile(r"\n{3,}")
 def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str, links: bool = False) -> Extracted:
     """Text and metadata of a body of `media_type` (HTML, XHTML or plain text) fetched from `url`;
     with `links`, also the page's links and canonical URL, from the same parse."""
-    text = decode_body(body, charset=charset, html=media_type in HTML_TYPES)
+    # Stored text from the start: the content hashed and compared with the last crawl is then the
+    # text the databases keep, so a page differing only by NUL bytes is the same page.
+    text = storable(decode_body(body, charset=charset, html=media_type in HTML_TYPES))
     if media_type not in HTML_TYPES:
         return _extracted(text, dict.fromkeys(METADATA_FIELDS))
     tree = trafilatura.load_html(text)

@@ -682,6 +682,13 @@ def credits() -> None:
     """Crawl credit of a workspace."""
 
 
+def _billing() -> Billing:
+    settings = load_settings()
+    return Billing(
+        open_sessions(settings), enabled=settings.billing_enabled, micros_per_crawl=settings.micros_per_crawl
+    )
+
+
 @credits.command("grant")
 @click.option("--workspace", "workspace_id", required=True, type=int)
 @click.option("--micros", required=True, type=click.IntRange(min=1), help="Micro-credits to add.")
@@ -689,17 +696,30 @@ def credits() -> None:
 @user_errors
 def credits_grant(workspace_id: int, micros: int, as_json: bool) -> None:
     """Add crawl credit to a workspace's account."""
-    settings = load_settings()
-    billing = Billing(
-        open_sessions(settings),
-        enabled=settings.billing_enabled,
-        micros_per_crawl=settings.micros_per_crawl,
-    )
-    balance = billing.grant(workspace_id, micros)
+    balance = _billing().grant(workspace_id, micros)
     emit(
         as_json,
         {"id": workspace_id, "workspace_id": workspace_id, "granted_micros": micros, "balance_micros": balance},
         f"workspace {workspace_id} balance: {balance} micros",
+    )
+
+
+@credits.command("show")
+@click.option("--workspace", "workspace_id", required=True, type=int)
+@json_option
+@user_errors
+def credits_show(workspace_id: int, as_json: bool) -> None:
+    """A workspace's balance, what crawls under way hold of it, and what is available to new runs."""
+    from pipelines_dagster.api.credits import CreditsOut
+
+    billing = _billing()
+    shown = CreditsOut.of(billing.summary(workspace_id), billing_enabled=billing.enabled)
+    off = "" if shown.billing_enabled else " (billing is off: crawls are not charged)"
+    emit(
+        as_json,
+        {"workspace_id": workspace_id, **shown.model_dump()},
+        f"workspace {workspace_id}: {shown.balance_micros} micros balance, {shown.held_micros} held by crawls under "
+        f"way, {shown.available_micros} available{off}",
     )
 
 

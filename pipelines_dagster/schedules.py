@@ -10,6 +10,7 @@ from pipelines_dagster.core.retention import apply_retention
 from pipelines_dagster.crawl_metadata import latest_crawl
 from pipelines_dagster.partitions import PARTITIONS_NAME
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.runs import CODE_LOCATION
 
@@ -20,14 +21,16 @@ class RetentionConfig(dg.Config):
 
 @dg.op(
     description="Delete crawl blobs, webhook deliveries and finished notification deliveries older than the "
-    "retention; keep each pipeline's latest crawl."
+    "retention; keep each pipeline's latest crawl. Release the credit holds of runs that ended."
 )
 def apply_retention_op(
     context: dg.OpExecutionContext,
     config: RetentionConfig,
     app_db: AppDatabaseResource,
     blob_store: BlobStoreResource,
+    billing: BillingResource,
 ) -> dg.Output[None]:
+    holds_released = release_ended_holds(context.instance, billing)
     # The crawl the event log names as latest is what kb_documents rebuilds from, whatever its age.
     latest = (latest_crawl(context.instance, key) for key in context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     report = apply_retention(
@@ -40,7 +43,7 @@ def apply_retention_op(
     context.log.info(
         f"deleted {len(report.blobs_deleted)} crawl blobs (kept {report.blobs_kept}) "
         f", {report.deliveries_deleted} webhook deliveries and {report.notifications_deleted} notification "
-        f"deliveries older than {config.retention_days} days"
+        f"deliveries older than {config.retention_days} days; released {holds_released} credit holds of ended runs"
     )
     return dg.Output(
         None,
@@ -49,8 +52,23 @@ def apply_retention_op(
             "blobs_kept": report.blobs_kept,
             "deliveries_deleted": report.deliveries_deleted,
             "notifications_deleted": report.notifications_deleted,
+            "credit_holds_released": holds_released,
         },
     )
+
+
+def release_ended_holds(instance: dg.DagsterInstance, billing: BillingResource) -> int:
+    """Release the holds of runs that ended (the run-end sensors missed them: stopped, or a tick lost)
+    or that expired; how many were released."""
+    plain = billing.billing
+    ended = [run_id for run_id in plain.open_hold_runs() if _ended(instance, run_id)]
+    return sum(plain.release_holds(run_id) for run_id in ended) + plain.release_expired()
+
+
+def _ended(instance: dg.DagsterInstance, run_id: str) -> bool:
+    run = instance.get_run_by_id(run_id)
+    # A hold whose run Dagster no longer knows (deleted) is held by nothing.
+    return run is None or run.is_finished
 
 
 @dg.job(description="Retention: old crawl blobs, webhook and notification deliveries are deleted.")

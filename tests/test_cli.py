@@ -13,9 +13,10 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy.orm import Session
 
-from pipelines_dagster.app_db.engine import create_engine
+from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.cli import main
+from pipelines_dagster.core.billing import Billing
 from tests.support.db import row_counts
 
 
@@ -295,6 +296,22 @@ def test_credits_grant_adds_to_the_balance(cli, workspace):
     ws = str(workspace["id"])
     assert cli.json("credits", "grant", "--workspace", ws, "--micros", "5000")["balance_micros"] == 5000
     assert cli.json("credits", "grant", "--workspace", ws, "--micros", "2500")["balance_micros"] == 7500
+
+
+def test_credits_show_balance_held_and_available(cli, workspace, monkeypatch):
+    monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "true")
+    ws = workspace["id"]
+    cli("credits", "grant", "--workspace", str(ws), "--micros", "5000")
+    billing = Billing(session_factory(cli.engine()), enabled=True, micros_per_crawl=1000)
+    billing.reserve(ws, 2, idempotency_key=f"run:{ws}", run_id="run")
+    shown = cli.json("credits", "show", "--workspace", str(ws))
+    assert (shown["balance_micros"], shown["held_micros"], shown["available_micros"]) == (5000, 2000, 3000)
+    assert shown["billing_enabled"] is True
+    text = cli("credits", "show", "--workspace", str(ws)).output
+    assert "5000 micros balance, 2000 held by crawls under way, 3000 available" in text
+    monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "false")
+    assert "billing is off" in cli("credits", "show", "--workspace", str(ws)).output
+    assert "workspace 77 does not exist" in cli("credits", "show", "--workspace", "77", ok=False).output
 
 
 def test_credits_grant_bad_input(cli, workspace):

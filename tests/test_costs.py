@@ -3,13 +3,11 @@ re-execution of it; each run's new charge, summed, is the ledger, and so are the
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
-from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 
 from pipelines_dagster.agent_tools import build_cost_tools
 from pipelines_dagster.app_db.engine import session_factory, transaction
@@ -18,7 +16,14 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.costs import cost_totals
 from pipelines_dagster.core.validation import InvalidInputError
-from tests.assets.conftest import Stack, embedded, fail_once_after_the_charge, set_pipeline, web  # noqa: F401
+from tests.assets.conftest import (  # noqa: F401  (fixtures)
+    Stack,
+    code_location_job,
+    embedded,
+    fail_once_after_the_charge,
+    set_pipeline,
+    web,
+)
 from tests.test_cli import cli, workspace  # noqa: F401  (fixtures)
 from tests.test_history import add_pipeline, history
 
@@ -54,19 +59,7 @@ def test_new_charges_summed_over_a_history_of_retries_and_re_executions_are_the_
 
     real = module._failed_urls_table
     monkeypatch.setattr(module, "_failed_urls_table", broken)
-    for name, value in {
-        "PIPELINES_DATA_DIR": str(tmp_path / "data"),
-        "PIPELINES_DATABASE_URL": embedded.url,
-        "PIPELINES_BLOB_STORE": str(embedded.blob_store.root),
-        "PIPELINES_BILLING_ENABLED": "true",
-        "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
-    }.items():
-        monkeypatch.setenv(name, value)
-    # The code location reads its settings when imported: imported afresh on this test's.
-    monkeypatch.delitem(sys.modules, "pipelines_dagster.definitions", raising=False)
-    job = ReconstructableJob(
-        ReconstructableRepository.for_module("pipelines_dagster.definitions", "defs"), "pipeline_run"
-    )
+    job = code_location_job(embedded, monkeypatch, tmp_path)
     tags = {"dagster/partition": str(failing), "pipeline_id": str(failing), "workspace_id": str(workspace_id)}
     with dg.execute_job(job, embedded.instance, tags=tags) as failed:
         assert not failed.success

@@ -22,11 +22,12 @@ import sqlalchemy as sa
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry, Document, PageChange
+from pipelines_dagster.app_db.models import Document, PageChange
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.sensors.common import BUSY, busy_pipelines
+from tests.support import ledger
 from tests.support.dagster_dev import Dev, dagster_dev, wait_for
 from tests.support.graphql import BACKFILL, LAUNCH, REEXECUTE
 from tests.support.web import page
@@ -138,14 +139,7 @@ def finished(dev: Dev, run_id: str) -> dg.DagsterRun:
 
 
 def charges(dev: Dev, workspace_id: int) -> list[str]:
-    with dev.sessions() as session:
-        return list(
-            session.scalars(
-                sa.select(CreditLedgerEntry.idempotency_key)
-                .join(CreditAccount)
-                .where(CreditAccount.workspace_id == workspace_id, CreditLedgerEntry.kind == "charge")
-            )
-        )
+    return ledger.charges(dev.sessions, workspace_id)
 
 
 def documents(dev: Dev, pipeline_id: int) -> dict[str, str]:

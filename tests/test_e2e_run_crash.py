@@ -10,21 +10,20 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 import psutil
 import pytest
-import sqlalchemy as sa
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry
+from pipelines_dagster.app_db.models import CreditHold
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.launch import GraphQLLauncher, launch_pipeline_run
+from tests.support import ledger
 from tests.support.dagster_dev import Dev, dagster_dev, wait_for
 from tests.support.web import Reply, html_document, page
 
@@ -41,11 +40,13 @@ FAILED_WITHIN_SECONDS = 60.0
 WORKERS_GONE_WITHIN_SECONDS = 3.0
 # The daemon looks for failed runs to retry every 5 s; the retry queues, starts and crawls it all again.
 RETRY_DONE_WITHIN_SECONDS = 120.0
+# The run-status sensors tick every 10 s at the least, and a tick may wait for the one before.
+HOLD_RELEASED_WITHIN_SECONDS = 60.0
 
 
-@pytest.fixture
-def dev(tmp_path: Path) -> Iterator[Dev]:
-    with dagster_dev(tmp_path) as deployment:
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    with dagster_dev(tmp_path_factory.mktemp("crash")) as deployment:
         yield deployment
 
 
@@ -65,6 +66,24 @@ def _seed(dev: Dev) -> tuple[int, int, int]:
         ids = workspace.id, connector.id, pipeline.id
     Billing(dev.sessions, enabled=True, micros_per_crawl=1000).grant(ids[0], 1_000_000)
     return ids
+
+
+def _holds(dev: Dev, workspace_id: int) -> list[tuple[str, str]]:
+    """(run id, status) of the workspace's credit holds."""
+    return ledger.holds(dev.sessions, workspace_id, CreditHold.run_id, CreditHold.status)
+
+
+def _crawling(dev: Dev, run_id: str) -> Callable[[], int | None]:
+    """The run's process id, once it is crawling with a worker inside the heavy page."""
+
+    def crawling() -> int | None:
+        pid = dev.run_pid(run_id)
+        if pid is None or not any(request.path.startswith("/slow/") for request in dev.site.requests):
+            return None
+        # A worker's start-up costs a few tenths of a CPU-second; past a whole one it is inside the heavy page.
+        return pid if any(_cpu_seconds(worker) >= 1.0 for worker in _extraction_workers(pid)) else None
+
+    return crawling
 
 
 def _extraction_workers(pid: int) -> list[psutil.Process]:
@@ -108,18 +127,11 @@ def test_a_run_killed_mid_crawl_fails_frees_its_workers_and_is_retried_once_with
     workspace_id, connector_id, pipeline_id = _seed(dev)
     launcher = GraphQLLauncher(dev.ui_url)
     run_id = launch_pipeline_run(dev.sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, launcher=launcher)
-
-    def crawling() -> int | None:
-        pid = dev.run_pid(run_id)
-        if pid is None or not any(request.path.startswith("/slow/") for request in dev.site.requests):
-            return None
-        # A worker's start-up costs a few tenths of a CPU-second; past a whole one it is inside the heavy page.
-        return pid if any(_cpu_seconds(worker) >= 1.0 for worker in _extraction_workers(pid)) else None
-
-    run_pid = wait_for("the run to be crawling, a worker inside the heavy page", crawling, timeout=90)
+    run_pid = wait_for("the run to be crawling, a worker inside the heavy page", _crawling(dev, run_id), timeout=90)
     locks = DatabaseLocks(dev.engine)
     lock_names = [pipeline_lock_name(pipeline_id), connector_lock_name(connector_id)]
     assert [locks.owner_of(name) for name in lock_names] == [run_id, run_id]
+    assert _holds(dev, workspace_id) == [(run_id, "open")]
 
     workers = _extraction_workers(run_pid)
     assert workers
@@ -159,14 +171,35 @@ def test_a_run_killed_mid_crawl_fails_frees_its_workers_and_is_retried_once_with
 
     # The charge is made once after a crawl ends and keyed by the root run: the killed run made none
     # before it died, and its retry made the one charge, under the killed run's id.
-    with dev.sessions() as session:
-        charges = session.scalars(
-            sa.select(CreditLedgerEntry.idempotency_key)
-            .join(CreditAccount)
-            .where(CreditAccount.workspace_id == workspace_id, CreditLedgerEntry.kind == "charge")
-        ).all()
-    assert charges == [f"crawl:{run_id}:{pipeline_id}"]
+    assert ledger.charges(dev.sessions, workspace_id) == [f"crawl:{run_id}:{pipeline_id}"]
+    # The retry took over the killed run's hold (one per charge key) and its charge settled it.
+    assert _holds(dev, workspace_id) == [(retry.run_id, "settled")]
     print(
         f"\nkill -9 of run process {run_pid}: workers gone after {workers_gone:.2f} s, run FAILURE after "
         f"{failed_after:.2f} s; its automatic retry succeeded {retried_after:.2f} s after the kill"
     )
+
+
+def test_a_killed_run_that_is_not_retried_has_its_credit_hold_released_by_its_end(dev: Dev) -> None:
+    workspace_id, _, pipeline_id = _seed(dev)
+    run_id = launch_pipeline_run(
+        dev.sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, launcher=GraphQLLauncher(dev.ui_url)
+    )
+    run_pid = wait_for("the run to be crawling", _crawling(dev, run_id), timeout=90)
+    # As a run launched with this tag: Dagster's run retries leave it alone.
+    dev.instance.add_run_tags(run_id, {"dagster/max_retries": "0"})
+    billing = Billing(dev.sessions, enabled=True, micros_per_crawl=1000)
+    held = billing.summary(workspace_id).held_micros
+    assert held == (PAGES + 1) * 1000
+    os.kill(run_pid, signal.SIGKILL)
+    run = dev.failed(run_id, timeout=FAILED_WITHIN_SECONDS)
+    assert run.tags["dagster/will_retry"] == "false", run.tags
+    # The run-status sensor that frees a failed run's locks gives its hold back too.
+    wait_for(
+        "the killed run's hold to be released",
+        lambda: _holds(dev, workspace_id) == [(run_id, "released")],
+        timeout=HOLD_RELEASED_WITHIN_SECONDS,
+        every=0.5,
+    )
+    summary = billing.summary(workspace_id)
+    assert (summary.held_micros, summary.balance_micros) == (0, 1_000_000)

@@ -12,11 +12,22 @@ from importlib.metadata import version
 import dagster as dg
 from fastapi import FastAPI
 
-from pipelines_dagster.api import changes, connectors, costs, documents, notifications, pipelines, runs, triggers
+from pipelines_dagster.api import (
+    changes,
+    connectors,
+    costs,
+    credits,
+    documents,
+    notifications,
+    pipelines,
+    runs,
+    triggers,
+)
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.migrate import require_current
+from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
@@ -112,6 +123,7 @@ def create_app(
         notification_guard=notification_guard,
         # Over the app's own sessions: the resource's sender would open an engine of its own.
         notification_sender=Sender(sessions, notification_guard),
+        billing=Billing(sessions, enabled=settings.billing_enabled, micros_per_crawl=settings.micros_per_crawl),
     )
     install_error_handlers(app)
     _redact_access_log()
@@ -121,6 +133,7 @@ def create_app(
         runs.router,
         changes.router,
         costs.router,
+        credits.router,
         documents.router,
         triggers.router,
         triggers.webhooks,

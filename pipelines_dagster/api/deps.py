@@ -9,6 +9,7 @@ import dagster as dg
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.blob import BlobStore
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.launch import Launcher
@@ -29,6 +30,7 @@ class ApiServices:
     """Where notification endpoints may point: where the crawler may go."""
     notification_sender: Sender
     """Sends a test message at once, over the app's own sessions."""
+    billing: Billing
 
 
 def get_services(request: Request) -> ApiServices:

@@ -150,6 +150,17 @@ class LedgerKind(enum.StrEnum):
     CHARGE = "charge"
 
 
+class HoldStatus(enum.StrEnum):
+    """Where a credit hold stands."""
+
+    OPEN = "open"
+    """Reserving its micros: the account's available credit is its balance less its open holds."""
+    SETTLED = "settled"
+    """Its crawl was charged (what it succeeded at) and the rest given back, in the charge's transaction."""
+    RELEASED = "released"
+    """Given back uncharged: its run ended without a charge, or it expired."""
+
+
 class Workspace(Base):
     __tablename__ = "workspaces"
 
@@ -340,7 +351,8 @@ class Document(Base):
     pipeline_id: Mapped[int | None] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="SET NULL"), index=True)
     document_type: Mapped[str] = mapped_column(sa.String(32))
     url: Mapped[str | None] = mapped_column(StorableText)
-    # sha256 of "{document_type}:{url}:{workspace_id}": one document per URL per workspace.
+    # sha256 of "{document_type}:{url}:{workspace_id}:{pipeline_id}" (core.kb_index.document_identity): one
+    # document per URL per pipeline, so two pipelines over one URL keep one each, in their own folders.
     unique_identifier_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     title: Mapped[str | None] = mapped_column(StorableText)
     content: Mapped[str | None] = mapped_column(StorableText)
@@ -427,6 +439,38 @@ class CreditLedgerEntry(Base):
     delta_micros: Mapped[int]
     idempotency_key: Mapped[str] = mapped_column(sa.String(255), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CreditHold(Base):
+    """Credit a run reserved before its first request, for what its crawl may spend at most.
+
+    One per charge key (root run and partition), so a retried step or re-executed run finds the
+    hold its first attempt placed; `run_id` is the run holding it now, whose end releases it.
+    """
+
+    __tablename__ = "credit_holds"
+    __table_args__ = (
+        _enum_check("status", HoldStatus),
+        sa.CheckConstraint("micros >= 0", name="micros_not_negative"),
+        # What a reservation sums: the open holds of one account.
+        sa.Index(
+            "ix_credit_holds_open",
+            "account_id",
+            sqlite_where=sa.text("status = 'open'"),
+            postgresql_where=sa.text("status = 'open'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    account_id: Mapped[int] = mapped_column(sa.ForeignKey("credit_accounts.id", ondelete="CASCADE"))
+    idempotency_key: Mapped[str] = mapped_column(sa.String(255), unique=True)
+    run_id: Mapped[str] = mapped_column(sa.String(64), index=True)
+    micros: Mapped[int]
+    status: Mapped[str] = mapped_column(sa.String(16), default=HoldStatus.OPEN.value)
+    # An open hold past this no longer reserves anything: the backstop for a run nothing saw end.
+    expires_at: Mapped[datetime]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    closed_at: Mapped[datetime | None]
 
 
 class TokenUsage(Base):

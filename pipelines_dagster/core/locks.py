@@ -121,18 +121,22 @@ class Locks(ABC):
                 logger.warning("could not release lock %r; it expires with its TTL", name, exc_info=True)
 
     def _keep_renewed(self, held: HeldLock, ttl_seconds: float, interval: float, stop: threading.Event) -> None:
+        renewed_at = time.monotonic()
         while not stop.wait(interval):
             try:
                 renewed = self.renew(held.name, held.owner, ttl_seconds=ttl_seconds)
             except Exception:
-                # A blip is retried next tick: renew never revives an expired lock, so a
-                # lease that ran out in the meantime still ends up reported as lost.
-                logger.warning("renewing lock %r failed; retrying", held.name, exc_info=True)
-                continue
+                # A blip is retried next tick; once the backend has been out of reach for a whole TTL the
+                # lease has run out there, whatever it says when it is back.
+                if time.monotonic() - renewed_at < ttl_seconds:
+                    logger.warning("renewing lock %r failed; retrying", held.name, exc_info=True)
+                    continue
+                renewed = False
             if not renewed:
                 logger.warning("lock %r was lost: it expired or another owner took it", held.name)
                 held.lost.set()
                 return
+            renewed_at = time.monotonic()
 
 
 _RELEASE_SCRIPT = """

@@ -7,6 +7,7 @@ engines; the `crawl_results` asset is a thin shell around `execute_crawl`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import mmap
 import queue
@@ -38,6 +39,11 @@ if TYPE_CHECKING:
     from pipelines_dagster.core.crawler import Crawler
 
 LOCK_TTL_SECONDS = 600.0
+# How often a crawl renews its locks, so it notices one lost (expired, deleted, a Redis restarted empty)
+# within this long and stops; the TTL only bounds how long a dead process's lock outlives it.
+LOCK_RENEW_SECONDS = 10.0
+# How often a crawl waiting for its next page looks at its locks.
+_HALT_CHECK_SECONDS = 0.5
 # A long crawl reports how far it got at most this often, so its run log is not silent until it ends.
 PROGRESS_EVERY_SECONDS = 10.0
 # Linux maps the pages around a faulting one, in aligned windows of this size (fault_around_bytes).
@@ -47,6 +53,18 @@ FAILED_URLS_SHOWN = 20
 
 class RunRefused(Exception):
     """A guard stopped the run before any crawl or charge; the message says why."""
+
+
+class LockLost(Exception):
+    """The crawl's lock was lost while it crawled: it stopped sending requests and charged nothing."""
+
+    def __init__(self, name: str, *, pages: int) -> None:
+        super().__init__(
+            f"the crawl lost its lock {name!r} after {pages} pages: the lock expired or was taken away (a "
+            "Redis restarted without persistence loses every lock), so another run may crawl this pipeline "
+            "now; the crawl stopped sending requests, stored nothing and charged nothing"
+        )
+        self.name = name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,13 +149,16 @@ class CrawlReport:
     duration_seconds: float = 0.0
     failed_urls: list[tuple[str, str]] = field(default_factory=list)
     """(url, reason) of the first FAILED_URLS_SHOWN URLs that did not succeed."""
-    lock_lost: bool = False
     pages_discovered: int | None = None
     """A site crawl's pages admitted by discovery; None for a list crawl."""
     discovery_truncated: bool = False
     """A site crawl stopped discovering at max pages: its absences say nothing about the site."""
     pages_duplicate: int | None = None
     """A site crawl's pages fetched but not stored: redirects to, and canonical copies of, stored pages."""
+    start_urls: frozenset[str] = frozenset()
+    """A site crawl's start URLs, as its records name them; empty for a list crawl."""
+    start_urls_failed: int = 0
+    """A site crawl's start URLs that failed: all of them, and discovery had nowhere to go (`crawl_health`)."""
 
     def count(self, record: CrawlRecord) -> None:
         self.attempted += 1
@@ -149,6 +170,7 @@ class CrawlReport:
             self.empty += 1
         else:
             self.failed += 1
+            self.start_urls_failed += record.url in self.start_urls
         if len(self.failed_urls) < FAILED_URLS_SHOWN:
             self.failed_urls.append((record.url, record.error or record.status))
 
@@ -253,14 +275,23 @@ def _collector_off_old_objects() -> Iterator[None]:
         gc.unfreeze()
 
 
-def iter_crawl(crawler: Crawler, source: UrlSource, *, previous: Mapping[str, PreviousFetch]) -> Iterator[CrawlOutcome]:
+def iter_crawl(
+    crawler: Crawler,
+    source: UrlSource,
+    *,
+    previous: Mapping[str, PreviousFetch],
+    halt: Callable[[], None] | None = None,
+) -> Iterator[CrawlOutcome]:
     """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
 
-    The crawl runs on its own event loop in a thread, handing over outcomes through a
-    small queue; if the consumer stops early, the crawl is cancelled.
+    The crawl runs on its own event loop in a thread, handing over outcomes through a small queue.
+    `halt` is called while the consumer waits, at least every half second: what it raises stops the
+    crawl. Once the consumer stops, for that or any reason, the crawl is cancelled: requests in
+    flight are dropped and no new one is sent.
     """
     handoff: queue.Queue[Any] = queue.Queue(maxsize=64)
     stop = threading.Event()
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
 
     def put(item: Any) -> None:
         while not stop.is_set():
@@ -271,6 +302,9 @@ def iter_crawl(crawler: Crawler, source: UrlSource, *, previous: Mapping[str, Pr
                 continue
 
     async def produce() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        running.append((asyncio.get_running_loop(), task))
         async for outcome in crawler.crawl_source(source, previous=previous):
             if stop.is_set():
                 return
@@ -287,15 +321,29 @@ def iter_crawl(crawler: Crawler, source: UrlSource, *, previous: Mapping[str, Pr
         except BaseException as exc:  # handed to the consumer, which re-raises it
             put(exc)
 
+    def cancel() -> None:
+        for loop, task in running:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the crawl ended already
+                loop.call_soon_threadsafe(task.cancel)
+
     worker = threading.Thread(target=run, name="crawl", daemon=True)
     worker.start()
     try:
-        while (item := handoff.get()) is not _DONE:
+        while True:
+            if halt is not None:
+                halt()
+            try:
+                item = handoff.get(timeout=_HALT_CHECK_SECONDS)
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                return
             if isinstance(item, BaseException):
                 raise item
             yield item
     finally:
         stop.set()
+        cancel()
         worker.join()
 
 
@@ -312,18 +360,27 @@ def _take_lock(
 
     A lock still owned by a run that has ended was left by a run whose process died. The
     lock-release sensor frees it on its next tick, but a run started before that (a user's
-    relaunch, the instance's retry of the dead run) would be refused while nothing runs.
+    relaunch, the instance's retry of the dead run) would be refused while nothing runs. A lock
+    the run owns itself is its own earlier attempt's, whose release failed (an outage of the locks'
+    backend, which failed that attempt too): the run's retry takes it again.
     """
+
+    def hold() -> HeldLock:
+        return held.enter_context(
+            locks.hold(name, run_id, ttl_seconds=ttl_seconds, renew_every=min(LOCK_RENEW_SECONDS, ttl_seconds / 3))
+        )
+
     try:
-        return held.enter_context(locks.hold(name, run_id, ttl_seconds=ttl_seconds))
+        return hold()
     except LockHeldError:
         owner = locks.owner_of(name)
-        if owner is None or run_ended is None or not run_ended(owner):
+        ours = owner == run_id
+        if owner is None or not (ours or (run_ended is not None and run_ended(owner))):
             raise
-        # Frees it only while the ended run still owns it: if another run took it in the
-        # meantime, the hold below is refused as it should be.
+        # Frees it only while that owner still has it: if another run took it in the meantime,
+        # the hold below is refused as it should be.
         locks.release(name, owner)
-    return held.enter_context(locks.hold(name, run_id, ttl_seconds=ttl_seconds))
+    return hold()
 
 
 def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack) -> UrlSource:
@@ -392,19 +449,26 @@ def execute_crawl(
         except LockHeldError:
             raise RunRefused("connector is currently indexing; retry later") from None
         try:
-            billing.check_credits(plan.workspace_id, plan.most_pages)
+            billing.reserve(plan.workspace_id, plan.most_pages, idempotency_key=charge_key, run_id=run_id)
         except InsufficientCreditsError as exc:
             raise RunRefused(str(exc)) from None
 
         previous = PreviousCrawl(_stored_records(blob_store, previous_blob_key))
         held.callback(previous.close)
         source = _source(plan, previous, held)
+        # Normalized, as a site crawl's records name them; a list crawl's source has no stored keys.
+        report.start_urls = frozenset(filter(None, map(source.stored_key, plan.urls)))
 
         every = PROGRESS_EVERY_SECONDS if progress_every_seconds is None else progress_every_seconds
 
+        def locks_held() -> None:
+            for lock in (pipeline_lock, connector_lock):
+                if lock.lost.is_set():
+                    raise LockLost(lock.name, pages=report.attempted)
+
         def records() -> Iterator[CrawlRecord]:
             next_progress = started + every
-            for outcome in iter_crawl(crawler, source, previous=previous.hints):
+            for outcome in iter_crawl(crawler, source, previous=previous.hints, halt=locks_held):
                 record = outcome_record(outcome, previous)
                 report.count(record)
                 yield record
@@ -421,6 +485,8 @@ def execute_crawl(
 
         with _collector_off_old_objects():
             report.bytes_written = write_crawl(blob_store, key, records())
+        # A lock lost after the last page: another run may have crawled alongside, so nothing is charged.
+        locks_held()
         charge = billing.charge(
             plan.workspace_id,
             billing.successes_to_micros(report.succeeded),
@@ -434,7 +500,6 @@ def execute_crawl(
         )
         report.charged_micros = charge.micros
         report.newly_charged = charge.newly_charged
-        report.lock_lost = pipeline_lock.lost.is_set() or connector_lock.lost.is_set()
         report.pages_discovered, report.discovery_truncated = source.discovered, source.truncated
         report.pages_duplicate = source.duplicates
     report.duration_seconds = time.monotonic() - started

@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.core.billing import Billing, ChargeResult
+from pipelines_dagster.core.billing import Billing, ChargeResult, Reservation
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 
 
@@ -27,8 +27,11 @@ class BillingResource(dg.ConfigurableResource["BillingResource"]):
     def successes_to_micros(self, successes: int) -> int:
         return self.billing.successes_to_micros(successes)
 
-    def check_credits(self, workspace_id: int, url_count: int) -> None:
-        self.billing.check_credits(workspace_id, url_count)
+    def reserve(self, workspace_id: int, pages: int, *, idempotency_key: str, run_id: str) -> Reservation:
+        return self.billing.reserve(workspace_id, pages, idempotency_key=idempotency_key, run_id=run_id)
+
+    def release_holds(self, run_id: str) -> int:
+        return self.billing.release_holds(run_id)
 
     def charge(self, workspace_id: int, micros: int, *, idempotency_key: str, usage: Mapping[str, Any]) -> ChargeResult:
         return self.billing.charge(workspace_id, micros, idempotency_key=idempotency_key, usage=usage)

@@ -1,4 +1,5 @@
-"""Frees the locks a failed or canceled run left behind, so its pipeline is not stranded until the TTL."""
+"""Frees the locks and credit holds a failed or canceled run left behind, so its pipeline is not stranded
+until the locks' TTL and its workspace's credit is not reserved until the holds expire."""
 
 import dagster as dg
 import sqlalchemy as sa
@@ -6,6 +7,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.runs import pipeline_ids_of
 
@@ -34,12 +36,18 @@ def _lock_release_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
         # asset pages, the asset graph and backfills launch; runs for no pipeline release nothing.
         minimum_interval_seconds=10,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Frees the locks of pipeline runs (of any job) that ended {status.value.lower()}.",
+        description=f"Frees the locks and credit holds of pipeline runs (of any job) that ended "
+        f"{status.value.lower()}.",
     )
-    def release_locks(context: dg.RunStatusSensorContext, locks: LocksResource, app_db: AppDatabaseResource) -> None:
+    def release_locks(
+        context: dg.RunStatusSensorContext, locks: LocksResource, app_db: AppDatabaseResource, billing: BillingResource
+    ) -> None:
+        run_id = context.dagster_run.run_id
         released = release_run_locks(context.dagster_run, locks=locks, app_db=app_db)
         if released:
-            context.log.info(f"released {released} left by run {context.dagster_run.run_id}")
+            context.log.info(f"released {released} left by run {run_id}")
+        if holds := billing.release_holds(run_id):
+            context.log.info(f"released {holds} credit hold(s) of run {run_id}")
 
     return release_locks
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 import warnings
 
@@ -18,6 +17,7 @@ from pipelines_dagster.app_db.models import (
     Base,
     Connector,
     CreditAccount,
+    CreditHold,
     CreditLedgerEntry,
     Document,
     DomainEvent,
@@ -32,7 +32,9 @@ from pipelines_dagster.app_db.models import (
     TokenUsage,
     WebhookDelivery,
     Workspace,
+    utcnow,
 )
+from pipelines_dagster.core.kb_index import document_identity
 
 
 def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path):
@@ -98,11 +100,12 @@ def insert_twice(sessions, make) -> None:
 
 
 def test_document_identity_is_unique(sessions, pipeline):
-    identity = hashlib.sha256(f"CRAWLED_URL:https://example.com:{pipeline.workspace_id}".encode()).hexdigest()
+    identity = document_identity("https://example.com", workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id)
     insert_twice(
         sessions,
         lambda: Document(
             workspace_id=pipeline.workspace_id,
+            pipeline_id=pipeline.id,
             document_type="CRAWLED_URL",
             url="https://example.com",
             unique_identifier_hash=identity,
@@ -178,6 +181,10 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
             account_id=account.id, kind="grant", delta_micros=5, idempotency_key=f"g-{uuid.uuid4()}"
         )
         session.add(entry)
+        hold = CreditHold(
+            account_id=account.id, idempotency_key=f"h-{uuid.uuid4()}", run_id="r", micros=5, expires_at=utcnow()
+        )
+        session.add(hold)
         endpoint = NotificationEndpoint(
             workspace_id=ws, url="https://hooks.example.com/", event_types=["run.failed"], signing_secrets=[]
         )
@@ -249,9 +256,10 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
             left = session.scalar(sa.select(sa.func.count()).select_from(model).where(model.workspace_id == ws))
             assert left == 0, model.__tablename__
         assert session.get(CreditLedgerEntry, entry.id) is None
+        assert session.get(CreditHold, hold.id) is None
         assert session.scalar(sa.select(sa.func.count()).select_from(NotificationAttempt)) == 0
     # Every table but the lock leases (not workspace data) is covered above.
-    covered = {"credit_ledger", "notification_attempts", "workspaces", "lock_leases"}
+    covered = {"credit_ledger", "credit_holds", "notification_attempts", "workspaces", "lock_leases"}
     assert {m.__tablename__ for m in owned} | covered == set(Base.metadata.tables)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,16 @@ class Stack:
             ),
             "notifications": NotificationsResource(app_db=app_db, api_url=API_URL, allowed_networks=["127.0.0.1/32"]),
         }
+
+    def portable_resources(self) -> dict[str, tuple[type, dict[str, Any]]]:
+        """`resources()` as (class, fields) pairs, which pickle: for runs in processes of their own."""
+
+        def portable(value: Any) -> Any:
+            if not isinstance(value, dg.ConfigurableResource):
+                return value
+            return type(value), {field: portable(getattr(value, field)) for field in type(value).model_fields}
+
+        return {name: portable(resource) for name, resource in self.resources().items()}
 
     def site(self, pages: int, *, prefix: str = "/p") -> list[str]:
         for n in range(pages):
@@ -150,6 +161,18 @@ class Stack:
             return ledger, usage
 
 
+def rebuilt_resources(portable: dict[str, tuple[type, dict[str, Any]]]) -> dict[str, Any]:
+    """The resources `Stack.portable_resources` describes, rebuilt (nested ones included) in this process."""
+
+    def rebuilt(value: Any) -> Any:
+        return rebuilt_resources({"": value})[""] if isinstance(value, tuple) else value
+
+    return {
+        name: cls(**{field: rebuilt(value) for field, value in fields.items()})
+        for name, (cls, fields) in portable.items()
+    }
+
+
 def materialization(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
     """The metadata of the asset's one materialization in the run, whichever step logged it."""
     events = [event for event in result.get_asset_materialization_events() if event.asset_key == dg.AssetKey(asset)]
@@ -171,6 +194,27 @@ def fail_once_after_the_charge(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(module, "_failed_urls_table", flaky)
     return calls
+
+
+def code_location_job(stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path, *, billing: bool = True):
+    """`pipeline_run` as Dagster loads it from the code location, over the stack's database and blob
+    directory (set in the environment the location reads), for `dg.execute_job` and its re-executions."""
+    from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+
+    for name, value in {
+        "PIPELINES_DATA_DIR": str(tmp_path / "data"),
+        "PIPELINES_DATABASE_URL": stack.url,
+        "PIPELINES_BLOB_STORE": str(stack.blob_store.root),
+        "PIPELINES_BILLING_ENABLED": str(billing).lower(),
+        "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
+    }.items():
+        monkeypatch.setenv(name, value)
+    # The code location reads its settings when imported: a copy another test imported in this
+    # process would carry that test's database. Imported afresh here, and the old one put back after.
+    monkeypatch.delitem(sys.modules, "pipelines_dagster.definitions", raising=False)
+    return ReconstructableJob(
+        ReconstructableRepository.for_module("pipelines_dagster.definitions", "defs"), "pipeline_run"
+    )
 
 
 def set_pipeline(stack: Stack, pipeline_id: int, **values) -> None:

@@ -21,6 +21,7 @@ from pipelines_dagster.core.locks import (
     connector_lock_name,
     pipeline_lock_name,
 )
+from tests.support.redis_server import OwnRedis, own_redis  # noqa: F401  (fixture)
 
 CONTENDERS = 8
 
@@ -240,3 +241,15 @@ class TestDatabaseLocks(LocksContract):
             assert other.owner_of(name) == "one"
         finally:
             other_engine.dispose()
+
+
+def test_a_lock_whose_backend_stays_out_of_reach_for_its_ttl_is_reported_lost(own_redis: OwnRedis) -> None:
+    """Renewal failing by error (not by a refusal) is retried, but not past the TTL: by then the lease has
+    run out on the server, whatever it says once it answers again."""
+    client = redis.Redis.from_url(own_redis.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    locks = RedisLocks(client)
+    with locks.hold("pipeline:1", "run-1", ttl_seconds=1.5, renew_every=0.2) as held:
+        own_redis.stop()
+        assert not held.lost.wait(0.8), "lost before the TTL had passed"
+        assert held.lost.wait(3)
+    client.close()

@@ -30,7 +30,6 @@ from pipelines_dagster.core.retention import (
     prune_notification_deliveries,
     prune_webhook_deliveries,
 )
-from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.schedules import RetentionConfig, build_maintenance_schedule, maintenance
 from tests.assets.conftest import embedded, materialization, web  # noqa: F401  (fixtures)
 
@@ -170,11 +169,35 @@ def test_the_daily_maintenance_job_keeps_the_latest_crawl(embedded, tmp_path):
         age(root, key, days)
     result = maintenance.execute_in_process(
         instance=embedded.instance,
-        resources={"app_db": AppDatabaseResource(url=embedded.url), "blob_store": embedded.blob_store},
+        resources={key: embedded.resources()[key] for key in ("app_db", "blob_store", "billing")},
         run_config=dg.RunConfig(ops={"apply_retention_op": RetentionConfig(retention_days=30)}),
     )
     assert result.success
     assert {blob.key for blob in embedded.blob.list("pipeline_runs/")} == {keys[1], keys[2]}
+
+
+def test_the_daily_maintenance_job_releases_the_holds_of_ended_runs_only(embedded):
+    embedded.billing_enabled = True
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1), credit=9000)
+    resources = embedded.resources()
+    billing = resources["billing"]
+    ended, running = (
+        embedded.instance.add_run(dg.DagsterRun(job_name="pipeline_run", run_id=str(uuid.uuid4()), status=status))
+        for status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.STARTED)
+    )
+    for run in (ended, running):
+        billing.reserve(workspace_id, 3, idempotency_key=f"{run.run_id}:{pipeline_id}", run_id=run.run_id)
+    # A run Dagster no longer knows (deleted from its storage) holds nothing either.
+    billing.reserve(workspace_id, 3, idempotency_key=f"gone:{pipeline_id}", run_id="a-deleted-run")
+    result = maintenance.execute_in_process(
+        instance=embedded.instance,
+        resources={key: resources[key] for key in ("app_db", "blob_store", "billing")},
+        run_config=dg.RunConfig(ops={"apply_retention_op": RetentionConfig(retention_days=30)}),
+    )
+    assert result.success
+    [output] = [event for event in result.all_events if event.is_successful_output]
+    assert output.event_specific_data.metadata["credit_holds_released"].value == 2
+    assert billing.billing.summary(workspace_id).held_micros == 3000
 
 
 def test_the_maintenance_schedule_runs_daily_by_default():

@@ -1,4 +1,4 @@
-"""The billing resource inside a real materialization: pre-check, then one charge per key."""
+"""The billing resource inside a real materialization: a hold, then one charge per key settling it."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_an_asset_charges_once_per_idempotency_key(app_engine):
 
     @dg.asset
     def crawl(billing: BillingResource) -> dg.MaterializeResult:
-        billing.check_credits(workspace_id, 5)
+        billing.reserve(workspace_id, 5, idempotency_key=f"run:{workspace_id}", run_id="run")
         micros = billing.successes_to_micros(3)
         results = [
             billing.charge(workspace_id, micros, idempotency_key=f"run:{workspace_id}", usage={"successes": 3})
@@ -49,7 +49,7 @@ def test_an_asset_charges_once_per_idempotency_key(app_engine):
 
     @dg.asset
     def too_big(billing: BillingResource) -> None:
-        billing.check_credits(workspace_id, 8)
+        billing.reserve(workspace_id, 8, idempotency_key=f"other:{workspace_id}", run_id="other")
 
     with pytest.raises(InsufficientCreditsError, match="out of crawl credit"):
         dg.materialize([too_big], resources={"billing": billing})

@@ -18,6 +18,7 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
 from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
 from pipelines_dagster.sensors.common import busy_pipelines
@@ -234,20 +235,25 @@ def test_a_pipeline_with_a_queued_or_running_ui_launch_gets_no_scheduled_run(ins
 
 def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance, app_db, app_engine):
     [sensor] = [sensor for sensor in lock_release_sensors if sensor.name == "release_locks_of_failure_runs"]
-    resources = {"locks": DatabaseLocksResource(database_url=app_db.url), "app_db": app_db}
+    billing = BillingResource(app_db=app_db, billing_enabled=True)
+    resources = {"locks": DatabaseLocksResource(database_url=app_db.url), "app_db": app_db, "billing": billing}
 
     def tick(cursor: str | None) -> str | None:
         with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
             return sensor.evaluate_tick(context).cursor
 
     cursor = tick(None)  # a run-status sensor's first tick only sets its cursor
-    _, pipeline_id, _ = make_pipeline(app_db, due=False)
+    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
     run = ui_launch(instance, pipeline_id, dg.DagsterRunStatus.STARTED)
     locks = DatabaseLocks(app_engine)
     locks.acquire(pipeline_lock_name(pipeline_id), run.run_id, ttl_seconds=600)
+    billing.billing.grant(workspace_id, 5000)
+    billing.reserve(workspace_id, 5, idempotency_key=f"{run.run_id}:{pipeline_id}", run_id=run.run_id)
+    assert billing.billing.summary(workspace_id).available_micros == 0
     instance.report_run_failed(run)
     tick(cursor)
     assert not locks.is_locked(pipeline_lock_name(pipeline_id))
+    assert billing.billing.summary(workspace_id).available_micros == 5000
 
 
 def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_after_a_second_look(instance, app_db):

@@ -12,6 +12,8 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines_dagster.core.crawl_health import CrawlHealth, judge_crawl, success_threshold
+
 CRAWL_RESULTS = dg.AssetKey("crawl_results")
 
 
@@ -41,6 +43,17 @@ class CrawlMetadata:
     """A site crawl stopped discovering at max pages, so pages it did not find may still exist."""
     pages_duplicate: int | None = None
     """A site crawl's pages fetched but not stored, as copies of stored pages (redirects, rel=canonical)."""
+    start_urls: int | None = None
+    """A site crawl's start URLs; absent for a list crawl."""
+    start_urls_failed: int | None = None
+    min_success_ratio: float | None = None
+    """The pipeline's threshold the crawl was judged at."""
+    crawl_healthy: bool | None = None
+    """The verdict (`core.crawl_health`): an unhealthy crawl removes and archives nothing and fails its run."""
+    crawl_complete: bool | None = None
+    """Discovery did not stop at max pages: pages the crawl did not reach are removed and archived."""
+    crawl_health: str | None = None
+    """The verdict in a sentence."""
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""
@@ -68,6 +81,24 @@ class CrawlMetadata:
                 for name, field in cls.__dataclass_fields__.items()
                 if name in values and _fits(values[name], str(field.type))
             }
+        )
+
+    @property
+    def verdict(self) -> CrawlHealth | None:
+        """The health judged when the crawl was stored; None for a crawl an older release stored."""
+        if self.crawl_healthy is None or self.crawl_complete is None or self.crawl_health is None:
+            return None
+        return CrawlHealth(healthy=self.crawl_healthy, complete=self.crawl_complete, why=self.crawl_health)
+
+    def health(self, pipeline_config: Mapping[str, Any]) -> CrawlHealth:
+        """The recorded verdict, which every reader follows; a crawl stored before verdicts were
+        recorded is judged from its counts at the pipeline's threshold."""
+        return self.verdict or judge_crawl(
+            attempted=self.urls_attempted or 0,
+            succeeded=self.urls_succeeded or 0,
+            failed=self.urls_failed or 0,
+            threshold=success_threshold(pipeline_config),
+            truncated=bool(self.discovery_truncated),
         )
 
     @classmethod

@@ -403,6 +403,10 @@ class RunHistory:
                 crawl, kb = CrawlMetadata.of_event(crawls.get(entry.key)), _metadata(documents.get(entry.key))
                 started_at, finished_at = _from_timestamp(record.start_time), _from_timestamp(record.end_time)
                 error = errors.get(run.run_id)
+                verdict = crawl.verdict
+                if status == "failed" and verdict is not None and not verdict.healthy:
+                    # The blocking check that failed the run names only itself; the crawl says why.
+                    error = verdict.failure
             charge = charges.get((run.run_id, partition_key(entry.pipeline_id)))
             views.append(
                 PipelineRunView(

@@ -98,7 +98,7 @@ def test_every_dagster_status_has_a_run_status():
 
 def test_a_succeeded_run_shows_its_trigger_counts_blob_charge_and_steps(stack: Stack):
     stack.billing_enabled = True
-    urls = [*stack.site(3), stack.web.url("/missing")]
+    urls = [*stack.site(4), stack.web.url("/missing")]
     workspace_id, pipeline_id = stack.pipeline(urls, credit=100_000)
     rename(stack, pipeline_id, "Docs nightly")
     result = stack.run(pipeline_id, workspace_id, trigger="scheduled")
@@ -115,9 +115,9 @@ def test_a_succeeded_run_shows_its_trigger_counts_blob_charge_and_steps(stack: S
         workspace_id,
     )
     assert (run.status, run.trigger, run.error) == ("succeeded", "scheduled", None)
-    assert (run.crawls_attempted, run.crawls_succeeded, run.crawls_empty, run.crawls_failed) == (4, 3, 0, 1)
-    assert (run.documents_created, run.documents_updated, run.documents_unchanged) == (3, 0, 0)
-    assert run.charged_micros == crawl["charged_micros"] == 3000
+    assert (run.crawls_attempted, run.crawls_succeeded, run.crawls_empty, run.crawls_failed) == (5, 4, 0, 1)
+    assert (run.documents_created, run.documents_updated, run.documents_unchanged) == (4, 0, 0)
+    assert run.charged_micros == crawl["charged_micros"] == 4000
     assert run.blob_key == crawl["blob_key"]
     assert run.created_at.utcoffset().total_seconds() == 0
     assert run.created_at <= run.started_at <= run.finished_at
@@ -293,7 +293,9 @@ def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):
     stack.billing_enabled = True
     urls = stack.site(2)
     workspace_id, first = stack.pipeline(urls, credit=100_000)
-    second = add_pipeline(stack, workspace_id, [*urls, stack.web.url("/missing")], name="second")
+    second = add_pipeline(
+        stack, workspace_id, [*urls, *stack.site(3, prefix="/more"), stack.web.url("/missing")], name="second"
+    )
     refused = add_pipeline(stack, workspace_id, urls, name="refused", enabled=False)
     other_workspace, theirs = stack.pipeline(urls, credit=100_000)
     result = run_batch(
@@ -314,7 +316,7 @@ def test_each_pipeline_of_a_batch_run_is_an_entry_of_its_own(stack: Stack):
     assert (ok.crawls_attempted, ok.crawls_succeeded, ok.documents_created, ok.charged_micros) == (2, 2, 2, 2000)
     assert ok.blob_key.endswith(f"/{first}/{result.run_id}/result.jsonl")
     assert ok.created_at <= ok.started_at <= ok.finished_at
-    assert (by_pipeline[second].crawls_attempted, by_pipeline[second].crawls_failed) == (3, 1)
+    assert (by_pipeline[second].crawls_attempted, by_pipeline[second].crawls_failed) == (6, 1)
     assert by_pipeline[second].status == "succeeded"
     bad = by_pipeline[refused]
     assert (bad.status, bad.error) == ("failed", f"pipeline {refused} is disabled; enable it before running it")

@@ -4,6 +4,9 @@ A batch run does all of them for each of its pipelines. A run of crawl_results d
 does not execute as steps of their own (crawl_results alone from its asset page, a backfill of it,
 a re-execution of its step), so the KB and the timeline follow every crawl, from the stored blob,
 without a second crawl or charge. Each is logged as an event of its own asset, for the partition.
+
+An unhealthy crawl (`core.crawl_health`) gets its checks and nothing else, and fails, as in
+`pipeline_run`, where the blocking success-ratio check keeps kb_documents and page_changes from it.
 """
 
 import time
@@ -23,8 +26,7 @@ from pipelines_dagster.assets.checks import (
 )
 from pipelines_dagster.assets.kb_documents import index_partition, kb_documents
 from pipelines_dagster.assets.page_changes import changes_partition, page_changes
-from pipelines_dagster.core.kb_archive import DEFAULT_MIN_SUCCESS_RATIO
-from pipelines_dagster.crawl_metadata import CrawlMetadata
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.notifications import NotificationsResource
@@ -76,6 +78,8 @@ class PartitionSteps:
         self.notifications = notifications
         self.log = log
         self.errors: list[str] = []
+        self.unhealthy: str | None = None
+        """What the partition fails with when its crawl is unhealthy and no check step of the run fails it."""
         self.started_at = time.time()
 
     def failed(self, asset_key: dg.AssetKey, error: Exception) -> dg.AssetObservation:
@@ -97,15 +101,23 @@ class PartitionSteps:
         run executes itself: the crawl's checks, kb_documents with its check, and page_changes."""
         key, app_db, blob_store = self.key, self.app_db, self.blob_store
         stored = CrawlMetadata.read(crawl)
+        health = stored.verdict
+        assert health is not None, "crawl_partition records the verdict with every crawl"
 
         def pending(definition: dg.AssetsDefinition | dg.AssetChecksDefinition) -> bool:
             return definition.node_def.name not in executed
 
         if pending(crawl_success_ratio):
-            ratio = success_ratio(key, stored, app_db, default_threshold=DEFAULT_MIN_SUCCESS_RATIO)
-            yield check_evaluation(crawl_success_ratio, ratio, key)
+            yield check_evaluation(crawl_success_ratio, success_ratio(key, stored, app_db), key)
         if pending(crawl_blob_readable):
             yield check_evaluation(crawl_blob_readable, blob_readable(key, stored, blob_store), key)
+        if not health.healthy:
+            if pending(kb_documents) or pending(page_changes):
+                self.log.warning(f"pipeline {key}: kb_documents and page_changes skipped: the crawl is unhealthy")
+            if pending(crawl_success_ratio):  # else the run's own check step fails it
+                self.unhealthy = health.failure
+                yield self.failed(CRAWL_RESULTS, dg.Failure(description=health.failure))
+            return
         if pending(kb_documents):
             try:
                 documents = index_partition(self.instance, key, app_db=app_db, blob_store=blob_store, log=self.log)

@@ -3,34 +3,19 @@
 import json
 
 import dagster as dg
-import pydantic
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.blob import BlobNotFoundError
+from pipelines_dagster.core.crawl_health import succeeded_share
 from pipelines_dagster.core.crawl_record import CrawlRecordError, read_crawl
-from pipelines_dagster.core.kb_archive import (
-    DEFAULT_MIN_SUCCESS_RATIO,
-    THRESHOLD_KEY,
-    succeeded_share,
-    success_threshold,
-)
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 
 MAX_LISTED = 20
-
-
-class SuccessRatioConfig(dg.Config):
-    min_success_ratio: float = pydantic.Field(
-        default=DEFAULT_MIN_SUCCESS_RATIO,
-        ge=0,
-        le=1,
-        description=f"Threshold for pipelines whose config sets no {THRESHOLD_KEY}.",
-    )
 
 
 def _latest_crawl(instance: dg.DagsterInstance, partition_key: str) -> CrawlMetadata | None:
@@ -46,22 +31,27 @@ def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCh
     )
 
 
-def success_ratio(
-    partition_key: str, crawl: CrawlMetadata | None, app_db: AppDatabaseResource, *, default_threshold: float
-) -> dg.AssetCheckResult:
-    """Whether the crawl (materialization metadata) reached the pipeline's success ratio."""
+def success_ratio(partition_key: str, crawl: CrawlMetadata | None, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
+    """Whether the crawl (materialization metadata) is healthy, as judged when it was stored: its
+    success ratio at the pipeline's threshold, its start URLs or its list not failed as a whole."""
     if crawl is None:
         return _no_crawl(partition_key, dg.AssetCheckSeverity.WARN)
     with app_db.sessions() as session:
         pipeline = session.get(Pipeline, int(partition_key))
-    threshold = success_threshold(pipeline.config if pipeline else {}, default=default_threshold)
-    attempted, succeeded = crawl.urls_attempted or 0, crawl.urls_succeeded or 0
-    ratio = succeeded_share(succeeded=succeeded, attempted=attempted)
+    health = crawl.health(pipeline.config if pipeline else {})
+    attempted = crawl.urls_attempted or 0
+    ratio = succeeded_share(succeeded=crawl.urls_succeeded or 0, attempted=attempted)
     return dg.AssetCheckResult(
-        passed=ratio >= threshold,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=f"{succeeded} of {attempted} URLs succeeded ({ratio:.0%}); the threshold is {threshold:.0%}",
-        metadata={"success_ratio": round(ratio, 4), "threshold": threshold, "urls_attempted": attempted},
+        passed=health.healthy,
+        # ERROR is what blocks: the steps after the check do not run on an unhealthy crawl.
+        severity=dg.AssetCheckSeverity.WARN if health.healthy else dg.AssetCheckSeverity.ERROR,
+        description=health.why,
+        metadata={
+            "success_ratio": round(ratio, 4),
+            "urls_attempted": attempted,
+            "crawl_complete": health.complete,
+            **({"threshold": crawl.min_success_ratio} if crawl.min_success_ratio is not None else {}),
+        },
     )
 
 
@@ -126,17 +116,13 @@ def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> d
 @dg.asset_check(
     asset=CRAWL_RESULTS,
     partitions_def=pipelines_partitions,
-    description="At least the pipeline's share of URLs (default 80%) crawled successfully.",
+    # An unhealthy crawl fails it with ERROR: kb_documents and page_changes do not run on the crawl, and the run fails.
+    blocking=True,
+    description="The crawl is healthy: at least the pipeline's share of URLs (default 80%) succeeded, and its "
+    "start URLs (or its list) did not all fail. An unhealthy crawl blocks kb_documents and page_changes.",
 )
-def crawl_success_ratio(
-    context: dg.AssetCheckExecutionContext, config: SuccessRatioConfig, app_db: AppDatabaseResource
-) -> dg.AssetCheckResult:
-    return success_ratio(
-        context.partition_key,
-        _latest_crawl(context.instance, context.partition_key),
-        app_db,
-        default_threshold=config.min_success_ratio,
-    )
+def crawl_success_ratio(context: dg.AssetCheckExecutionContext, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
+    return success_ratio(context.partition_key, _latest_crawl(context.instance, context.partition_key), app_db)
 
 
 @dg.asset_check(
@@ -166,6 +152,7 @@ def check_evaluation(
     check: dg.AssetChecksDefinition, result: dg.AssetCheckResult, partition_key: str
 ) -> dg.AssetCheckEvaluation:
     """A check's result as the event a job outside the asset graph logs for one partition."""
+    [spec] = check.check_specs
     return dg.AssetCheckEvaluation(
         asset_key=check.check_key.asset_key,
         check_name=check.check_key.name,
@@ -174,4 +161,5 @@ def check_evaluation(
         severity=result.severity,
         description=result.description,
         partition=partition_key,
+        blocking=spec.blocking,
     )

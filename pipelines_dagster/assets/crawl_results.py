@@ -1,14 +1,17 @@
 """`crawl_results[pipeline]`: one crawl of a pipeline's URLs, stored as a JSON Lines blob and billed once."""
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
 
+from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
 from pipelines_dagster.assets.partition import partition_pipeline, refused
 from pipelines_dagster.core.costs import crawl_charge_key
+from pipelines_dagster.core.crawl_health import CrawlHealth, judge_crawl, success_threshold
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
 from pipelines_dagster.core.triggers import trigger_payload
@@ -43,6 +46,20 @@ def retry_plan(error: Exception) -> tuple[RetryPolicy, BaseException]:
     return RetryPolicy(), error
 
 
+# The retry policy each (run, partition) read at its latest attempt: a later attempt that cannot read the
+# pipeline (the app database is out of reach) is retried under it, not under the default. Bounded, as a
+# process may run many runs.
+_policies: OrderedDict[tuple[str, str], RetryPolicy] = OrderedDict()
+_POLICIES_KEPT = 1024
+
+
+def _policy_read(key: tuple[str, str], policy: RetryPolicy) -> None:
+    _policies[key] = policy
+    _policies.move_to_end(key)
+    while len(_policies) > _POLICIES_KEPT:
+        _policies.popitem(last=False)
+
+
 def _run_ended(instance: dg.DagsterInstance, run_id: str) -> bool:
     """Whether `run_id` names a run that has ended, so a lock it still owns was left by its dead process."""
     run = instance.get_run_by_id(run_id)
@@ -58,6 +75,24 @@ def _failed_urls_records(report: CrawlReport) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(
         records=[dg.TableRecord({"url": url, "reason": reason}) for url, reason in report.failed_urls],
         schema=dg.TableSchema(columns=[dg.TableColumn("url"), dg.TableColumn("reason")]),
+    )
+
+
+def _judged(
+    report: CrawlReport, app_db: AppDatabaseResource, *, pipeline_id: int, start_urls: int | None
+) -> tuple[float, CrawlHealth]:
+    """The crawl's threshold and health, judged once, here: every reader follows what is recorded."""
+    with app_db.sessions() as session:
+        pipeline = session.get(Pipeline, pipeline_id)
+    threshold = success_threshold(pipeline.config if pipeline is not None else {})
+    return threshold, judge_crawl(
+        attempted=report.attempted,
+        succeeded=report.succeeded,
+        failed=report.failed,
+        threshold=threshold,
+        truncated=report.discovery_truncated,
+        start_urls=start_urls,
+        start_urls_failed=report.start_urls_failed,
     )
 
 
@@ -82,10 +117,14 @@ def crawl_partition(
     it (a webhook delivery or an event id), so its payload is shown with the crawl.
     """
     started_at = time.time()
+    attempt_of = (run.run_id, partition_key)
     try:
         plan = load_plan(app_db.engine, int(partition_key))
     except RunRefused as exc:
         raise refused(str(exc)) from None
+    except Exception as exc:
+        raise CrawlAttemptFailed(_policies.get(attempt_of, RetryPolicy())) from exc
+    _policy_read(attempt_of, plan.retry)
     # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
         previous = latest_crawl(instance, partition_key)
@@ -103,9 +142,17 @@ def crawl_partition(
             run_ended=lambda owner: _run_ended(instance, owner),
             progress=lambda done: log.info(f"pipeline {plan.pipeline_id}: {done}"),
         )
-        if report.lock_lost:
+        start_urls = len(report.start_urls) if plan.site is not None else None
+        threshold, health = _judged(report, app_db, pipeline_id=plan.pipeline_id, start_urls=start_urls)
+        if not health.healthy:
             log.warning(
-                f"pipeline {plan.pipeline_id}: a lock expired during the crawl; another run may have overlapped it"
+                f"pipeline {plan.pipeline_id}: the crawl is unhealthy ({health.why}): no page is recorded as "
+                "removed or archived after it, and the run fails"
+            )
+        elif not health.complete:
+            log.warning(
+                f"pipeline {plan.pipeline_id}: the crawl is incomplete ({health.why}): the pages it did not reach "
+                "are not recorded as removed or archived"
             )
         crawl = CrawlMetadata(
             pipeline_id=plan.pipeline_id,
@@ -127,6 +174,12 @@ def crawl_partition(
             pages_discovered=report.pages_discovered,
             discovery_truncated=report.discovery_truncated if report.pages_discovered is not None else None,
             pages_duplicate=report.pages_duplicate,
+            start_urls=start_urls,
+            start_urls_failed=report.start_urls_failed if start_urls is not None else None,
+            min_success_ratio=threshold,
+            crawl_healthy=health.healthy,
+            crawl_complete=health.complete,
+            crawl_health=health.why,
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))
@@ -194,12 +247,18 @@ def crawl_results(
     except Exception as exc:
         policy, cause = retry_plan(exc)
         retry = context.retry_number + 1
-        wait = policy.delay(retry) if retry <= policy.max_retries else None
-        if wait is not None:
-            context.log.warning(
-                f"crawl attempt {retry} failed ({error_message(cause)}); retry {retry} of {policy.max_retries} "
-                f"in {wait:g} s ({policy.backoff.value} backoff)"
-            )
+        if retry > policy.max_retries:
+            # The last attempt's own error, not Dagster's "Exceeded max_retries": it is what run
+            # history, the UI and run.failed show.
+            raise dg.Failure(
+                description=f"crawl attempt {retry} of {policy.max_retries + 1} failed: {error_message(cause)}",
+                allow_retries=False,
+            ) from cause
+        wait = policy.delay(retry)
+        context.log.warning(
+            f"crawl attempt {retry} failed ({error_message(cause)}); retry {retry} of {policy.max_retries} "
+            f"in {wait:g} s ({policy.backoff.value} backoff)"
+        )
         raise dg.RetryRequested(max_retries=policy.max_retries, seconds_to_wait=wait) from cause
     yield dg.MaterializeResult(metadata=crawl)
     # What the run does not execute as steps of its own follows here, from the blob just stored.
@@ -212,6 +271,8 @@ def crawl_results(
         log=context.log,
     )
     yield from steps.after_crawl(crawl, executed=run_steps(context))
+    if steps.unhealthy is not None:
+        raise dg.Failure(description=steps.unhealthy, allow_retries=False)
     if steps.errors:
         raise dg.Failure(
             description=f"the crawl is stored, but {'; '.join(steps.errors)}; materialize the failed asset "

@@ -2,7 +2,9 @@
 
 Reads the blob, never the web, so a backfill of this asset alone re-indexes
 without crawling or charging. Pipelines that keep only the raw crawl skip it.
-After a healthy crawl, documents whose page left the crawl are archived.
+Documents whose page left the crawl are archived as far as the crawl's recorded
+health allows: none after an unhealthy crawl, only pages answering 404/410 after
+an incomplete one.
 """
 
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ import dagster as dg
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl_with_metadata
 from pipelines_dagster.core.crawl_record import read_crawl
-from pipelines_dagster.core.kb_archive import archive_missing, crawl_health_problem, success_threshold
+from pipelines_dagster.core.kb_archive import archive_missing
 from pipelines_dagster.core.kb_index import Destination, IndexStats, index_crawl
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, StoredCrawl
 from pipelines_dagster.partitions import pipelines_partitions
@@ -68,21 +70,19 @@ def archive_left_pages(
     *,
     log: dg.DagsterLogManager,
 ) -> int:
-    """Archive the documents whose page the crawl no longer covers, when the crawl is healthy; the number archived."""
-    counts = crawl.metadata
-    problem = crawl_health_problem(
-        succeeded=counts.urls_succeeded or 0,
-        attempted=counts.urls_attempted or 0,
-        threshold=success_threshold(pipeline.config),
-        # A list crawl covers its whole list; a site crawl says when discovery stopped at max pages.
-        truncated=bool(counts.discovery_truncated),
-    )
-    if problem is not None:
-        log.info(f"pipeline {pipeline.id}: no documents archived, the crawl cannot tell which pages left: {problem}")
-        return 0
+    """Archive the documents whose page left, as far as the crawl's health allows; the number archived."""
+    health = crawl.metadata.health(pipeline.config)
+    if not health.removes_unseen:
+        kept = (
+            "only the documents of pages that answered 404/410 archived, the crawl cannot tell which others left"
+            if health.removes_gone
+            else "no documents archived, the crawl cannot tell which pages left"
+        )
+        log.info(f"pipeline {pipeline.id}: {kept}: {health.why}")
     return archive_missing(
         app_db.sessions,
         destination,
+        health=health,
         crawled_urls=stats.crawled_urls,
         gone_urls=stats.gone_urls,
         run_id=crawl.run_id,

@@ -1,6 +1,8 @@
 """`page_changes[pipeline]`: the partition's latest stored crawl compared page by page with the last good one.
 
 Appends new, changed and removed pages to the app DB's timeline; reads the blob, never the web.
+Removals follow the crawl's recorded health: none after an unhealthy crawl, only pages answering
+404/410 after an incomplete one.
 """
 
 from typing import Any
@@ -41,13 +43,14 @@ def changes_partition(
     pipeline = partition_pipeline(app_db, partition_key)
     blob_key, crawl = stored_crawl_with_metadata(instance, partition_key)
     crawl_run_id = crawl.run_id
+    health = crawl.metadata.health(pipeline.config)
     counts = record_changes(
         app_db.sessions,
         workspace_id=pipeline.workspace_id,
         pipeline_id=pipeline.id,
         run_id=crawl_run_id,
         records=read_crawl(blob_store.store(), blob_key),
-        truncated=bool(crawl.metadata.discovery_truncated),
+        health=health,
         on_recorded=notifications.pages_changed(
             workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, run_id=crawl_run_id
         ),
@@ -60,6 +63,7 @@ def changes_partition(
         "pages_skipped": counts.skipped,
         "pages_already_recorded": counts.already_recorded,
         "changes": dg.MetadataValue.md(_changes_table(counts)),
+        "crawl_health": health.why,
         "source_blob_key": blob_key,
         "source_crawl_run_id": crawl_run_id,
     }

@@ -1,10 +1,10 @@
 """Turn a stored crawl into knowledge-base documents: pending rows first, then content.
 
-Phase one makes a `pending` document for every URL not yet in the workspace, so
-the KB shows what is coming; phase two fills in content in batches, updating
-in place and skipping pages whose content hash has not changed. A failed or
-empty page marks its document failed but keeps its last good content; an
-archived document whose page is stored again is restored.
+Phase one makes a `pending` document for every URL the pipeline has none for
+yet, so the KB shows what is coming; phase two fills in content in batches,
+updating in place and skipping pages whose content hash has not changed. A
+failed or empty page marks its document failed but keeps its last good
+content; an archived document whose page is stored again is restored.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ T = TypeVar("T")
 GONE_HTTP_STATUSES = frozenset({404, 410})
 
 
-def document_identity(url: str, workspace_id: int) -> str:
-    """One document per URL per workspace."""
-    return hashlib.sha256(f"{DOCUMENT_TYPE}:{url}:{workspace_id}".encode()).hexdigest()
+def document_identity(url: str, *, workspace_id: int, pipeline_id: int) -> str:
+    """One document per URL per pipeline: two pipelines that crawl one URL into their own folders
+    keep a document each, instead of moving one between them on every crawl."""
+    return hashlib.sha256(f"{DOCUMENT_TYPE}:{url}:{workspace_id}:{pipeline_id}".encode()).hexdigest()
 
 
 def content_hash(content: str) -> str:
@@ -81,9 +82,9 @@ def index_crawl(
     stats = IndexStats()
     for batch in chunks(records(), batch_size):
         with sessions() as session, session.begin():
-            by_identity = _documents(session, destination.workspace_id, batch)
+            by_identity = _documents(session, destination, batch)
             for record in batch:
-                document = by_identity[document_identity(record.url, destination.workspace_id)]
+                document = by_identity[_identity(record.url, destination)]
                 stats.crawled_urls.add(record.url)
                 if record.succeeded:
                     _apply_content(document, record, destination, stats)
@@ -102,9 +103,9 @@ def _create_pending(
     records: Iterable[CrawlRecord],
     batch_size: int,
 ) -> None:
-    """Insert pending rows for URLs the workspace has no document for."""
+    """Insert pending rows for URLs the pipeline has no document for."""
     for batch in chunks(records, batch_size):
-        identities = {document_identity(record.url, destination.workspace_id): record.url for record in batch}
+        identities = {_identity(record.url, destination): record.url for record in batch}
         with sessions() as session, session.begin():
             # On a re-crawl every document exists already: look before inserting anything.
             existing = set(
@@ -136,9 +137,13 @@ def _create_pending(
                 session.execute(insert, rows)
 
 
-def _documents(session: Session, workspace_id: int, batch: list[CrawlRecord]) -> dict[str, Document]:
+def _identity(url: str, destination: Destination) -> str:
+    return document_identity(url, workspace_id=destination.workspace_id, pipeline_id=destination.pipeline_id)
+
+
+def _documents(session: Session, destination: Destination, batch: list[CrawlRecord]) -> dict[str, Document]:
     """The batch's documents, without their content: an unchanged page only compares hashes."""
-    identities = [document_identity(record.url, workspace_id) for record in batch]
+    identities = [_identity(record.url, destination) for record in batch]
     documents = session.scalars(
         sa.select(Document)
         .where(Document.unique_identifier_hash.in_(identities))
@@ -176,7 +181,6 @@ def _apply_content(
     document.status_state = DocumentState.READY.value
     document.status_reason = None
     document.folder_id = destination.folder_id
-    document.pipeline_id = destination.pipeline_id
     document.connector_id = destination.connector_id
     if is_new:
         stats.created += 1

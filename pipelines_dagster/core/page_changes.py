@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange, PageChangeStatus, PageState
 from pipelines_dagster.core.catalog import NotFoundError
+from pipelines_dagster.core.crawl_health import CrawlHealth
 from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.kb_index import DOCUMENT_TYPE, GONE_HTTP_STATUSES, chunks, content_hash
 
@@ -54,7 +55,7 @@ class ChangeCounts:
     changed: int = 0
     same: int = 0
     removed: int = 0
-    # Failed or empty this time (not 404/410): the last good observation stands.
+    # Failed or empty this time (or 404/410 in an unhealthy crawl): the last good observation stands.
     skipped: int = 0
     # URLs whose state already reflects this crawl: a re-run over the same blob.
     already_recorded: int = 0
@@ -76,15 +77,17 @@ def record_changes(
     pipeline_id: int,
     run_id: str,
     records: Iterable[CrawlRecord],
+    health: CrawlHealth,
     now: datetime | None = None,
-    truncated: bool = False,
     on_recorded: Callable[[Session], object] | None = None,
 ) -> ChangeCounts:
     """Compare a crawl's records with each page's last good observation and append the timeline rows.
 
     All in one transaction, and keyed by the crawl's run id, so a retry or backfill over the
-    same crawl appends nothing twice. URLs absent from this crawl are removed, unless it is
-    `truncated` (a site crawl that stopped at max pages: what it did not reach may still be there).
+    same crawl appends nothing twice. What the crawl's `health` allows is removed: pages that
+    answered 404/410 and pages it did not cover after a complete crawl, only the former after an
+    incomplete one (a site crawl stopped at max pages), none after an unhealthy one, which keeps
+    every page it could not fetch at its last observation.
 
     Pages are compared a batch at a time, each batch's rows flushed and let go, and a page's stored
     text is read only when its hash changed: memory stays flat however many pages a crawl has.
@@ -94,7 +97,7 @@ def record_changes(
     moment = now or datetime.now(UTC)
     counts = ChangeCounts()
     with transaction(sessions) as session:
-        timeline = _Timeline(session, workspace_id, pipeline_id, run_id, moment, counts)
+        timeline = _Timeline(session, workspace_id, pipeline_id, run_id, moment, counts, health)
         seen: set[str] = set()
         for batch in chunks(records, BATCH_SIZE):
             fresh: dict[str, CrawlRecord] = {}
@@ -107,7 +110,7 @@ def record_changes(
             for key, record in fresh.items():
                 timeline.observe(key, record, states.get(key))
             timeline.let_go()
-        if not truncated:
+        if health.removes_unseen:
             timeline.remove_unseen(seen)
         if on_recorded is not None:
             on_recorded(session)
@@ -130,11 +133,18 @@ class _Timeline:
     """One crawl's comparison, within its transaction."""
 
     def __init__(
-        self, session: Session, workspace_id: int, pipeline_id: int, run_id: str, now: datetime, counts: ChangeCounts
+        self,
+        session: Session,
+        workspace_id: int,
+        pipeline_id: int,
+        run_id: str,
+        now: datetime,
+        counts: ChangeCounts,
+        health: CrawlHealth,
     ) -> None:
         self.session, self.workspace_id, self.pipeline_id = session, workspace_id, pipeline_id
-        self.run_id, self.now, self.counts = run_id, now, counts
-        self.documents = _document_ids(session, workspace_id)
+        self.run_id, self.now, self.counts, self.health = run_id, now, counts, health
+        self.documents = _document_ids(session, pipeline_id)
 
     def observe(self, key: str, record: CrawlRecord, state: PageState | None) -> None:
         counts, url = self.counts, record.url
@@ -142,7 +152,7 @@ class _Timeline:
             counts.already_recorded += 1
             return
         observation = _observation(record)
-        if observation == "skipped":
+        if observation == "skipped" or (observation == "gone" and not self.health.removes_gone):
             counts.skipped += 1
             return
         if observation == "gone":
@@ -221,11 +231,11 @@ def _remove(
     state.run_id, state.last_checked_at, state.last_changed_at = run_id, now, now
 
 
-def _document_ids(session: Session, workspace_id: int) -> dict[str, int]:
-    """The workspace's crawled documents by URL (one per URL per workspace, see `document_identity`)."""
+def _document_ids(session: Session, pipeline_id: int) -> dict[str, int]:
+    """The pipeline's crawled documents by URL (one per URL per pipeline, see `document_identity`)."""
     rows = session.execute(
         sa.select(Document.url, Document.id).where(
-            Document.workspace_id == workspace_id, Document.document_type == DOCUMENT_TYPE
+            Document.pipeline_id == pipeline_id, Document.document_type == DOCUMENT_TYPE
         )
     )
     return {url: document_id for url, document_id in rows if url is not None}

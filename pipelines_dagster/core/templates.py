@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, RetryBackoff, TriggerKind
 from pipelines_dagster.core.catalog import TEMPLATE_KEY, get_or_create_folder, get_workspace, template_key
-from pipelines_dagster.core.kb_archive import THRESHOLD_KEY
+from pipelines_dagster.core.crawl_health import THRESHOLD_KEY
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.triggers import EventType

@@ -10,7 +10,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from tests.api.conftest import tenants_of
-from tests.assets.conftest import Stack
+from tests.assets.conftest import Stack, set_pipeline
 from tests.support.web import page
 
 ALL = [crawl_results, kb_documents, page_changes]
@@ -21,6 +21,8 @@ def timeline(embedded: Stack, client_for, tmp_path):
     """Workspace A's pipeline crawled twice (4 new, then 1 changed and 1 removed); B's crawled once."""
     urls = embedded.site(4)
     a_workspace, a_pipeline = embedded.pipeline(urls)
+    # 3 of 4 pages answer in the second crawl: healthy at this threshold, so its 410 is a removal.
+    set_pipeline(embedded, a_pipeline, config={"MIN_SUCCESS_RATIO": 0.75})
     b_workspace, b_pipeline = embedded.pipeline(embedded.site(2, prefix="/b"))
     first = embedded.run(a_pipeline, a_workspace, assets=ALL)
     embedded.web.route("/p0", page("Page 0", "Edited."))

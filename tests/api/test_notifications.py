@@ -15,6 +15,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import NotificationAttempt, NotificationDelivery, NotificationEndpoint
+from pipelines_dagster.core.crawl_health import CrawlHealth
 from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.network_policy import NetworkPolicy
 from pipelines_dagster.core.page_changes import record_changes
@@ -84,6 +85,7 @@ def crawl(sessions, tenant: Tenant, pipeline_id: int, run_id: str, pages: dict[s
         pipeline_id=pipeline_id,
         run_id=run_id,
         records=[CrawlRecord(url=url, status="success", content=text, http_status=200) for url, text in pages.items()],
+        health=CrawlHealth(healthy=True, complete=True, why="every page succeeded"),
         on_recorded=lambda session: queue_pages_changed(
             session, workspace_id=tenant.workspace_id, pipeline_id=pipeline_id, run_id=run_id, api_url=API_URL
         ),

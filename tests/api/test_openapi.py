@@ -34,6 +34,7 @@ from pipelines_dagster import services
 from pipelines_dagster.api import create_app
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, Pipeline
+from pipelines_dagster.core.crawl_health import CrawlHealth
 from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.network_policy import NetworkPolicy
 from pipelines_dagster.core.page_changes import record_changes
@@ -101,6 +102,7 @@ def seeded(dagster_webserver: Webserver, web, tmp_path) -> Seeded:
         pipeline_id=pipeline_id,
         run_id=run.run_id,
         records=[CrawlRecord(url=web.url("/p0"), status="success", content="Seen.", http_status=200)],
+        health=CrawlHealth(healthy=True, complete=True, why="every page succeeded"),
     )
     web.route("/hook", Reply(status=204, content_type=None))
     guard = DestinationGuard(NetworkPolicy(allowed_networks=("127.0.0.1/32",)))

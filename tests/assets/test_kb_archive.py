@@ -8,6 +8,7 @@ import dagster as dg
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core import catalog
 from tests.assets.conftest import Stack, materialization, set_pipeline
 from tests.support.web import NOT_FOUND, Reply, page
@@ -71,10 +72,18 @@ def test_a_crawl_under_its_threshold_archives_nothing_and_says_why(embedded: Sta
         embedded.web.route(path, page("Down", "Server error.", status=500))
     set_urls(embedded, pipeline_id, urls[:4])
     result = embedded.run(pipeline_id, workspace_id)
-    assert kb_counts(result) == (0, 0)
+    # The run fails on the unhealthy crawl; its KB step does not run on it.
+    assert not result.success and "kb_documents" not in {
+        e.asset_key.to_user_string() for e in result.get_asset_materialization_events()
+    }
     assert archived(embedded, workspace_id) == {}
-    assert "no documents archived" in logged(embedded, result)
+    assert "no page is recorded as removed or archived" in logged(embedded, result)
     assert "2 of 4 URLs succeeded (50%), under the threshold of 80%" in logged(embedded, result)
+    # Indexing that crawl again (a backfill of kb_documents) still archives nothing, and says why.
+    backfill = embedded.run(pipeline_id, workspace_id, assets=[crawl_results.to_source_asset(), kb_documents])
+    assert kb_counts(backfill) == (0, 0)
+    assert archived(embedded, workspace_id) == {}
+    assert "no documents archived" in logged(embedded, backfill)
 
 
 def test_the_pipelines_own_threshold_decides(embedded: Stack):

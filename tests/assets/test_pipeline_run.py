@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
-from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
-from tests.assets.conftest import Stack, fail_once_after_the_charge, failure_message, materialization, set_pipeline
+from tests.assets.conftest import (
+    Stack,
+    code_location_job,
+    fail_once_after_the_charge,
+    failure_message,
+    materialization,
+    set_pipeline,
+)
 from tests.support.web import page
 
 
@@ -236,18 +241,8 @@ def test_a_concurrent_second_run_fails_already_in_progress(embedded: Stack):
 
 def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tmp_path):
     """Re-execution from the UI makes a new run with the first as root: the charge key is the root's."""
-    monkeypatch.setenv("PIPELINES_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("PIPELINES_DATABASE_URL", embedded.url)
-    monkeypatch.setenv("PIPELINES_BLOB_STORE", str(tmp_path / "blobs"))
-    monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "true")
-    monkeypatch.setenv("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "127.0.0.1/32")
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(2), credit=10_000)
-    # The code location reads its settings when imported: a copy another test imported in this
-    # process would carry that test's database. Imported afresh here, and the old one put back after.
-    monkeypatch.delitem(sys.modules, "pipelines_dagster.definitions", raising=False)
-    job = ReconstructableJob(
-        ReconstructableRepository.for_module("pipelines_dagster.definitions", "defs"), "pipeline_run"
-    )
+    job = code_location_job(embedded, monkeypatch, tmp_path)
     tags = {"dagster/partition": str(pipeline_id), "pipeline_id": str(pipeline_id)}
     with dg.execute_job(job, embedded.instance, tags=tags) as first:
         assert first.success
@@ -297,6 +292,8 @@ def test_faulty_pages_fail_alone_and_the_run_succeeds(embedded: Stack):
     )
     names = ["flaky", "busy", "slow", "huge", "loop", "logo.png", "latin"]
     workspace_id, pipeline_id = embedded.pipeline([web.url(f"/{name}") for name in names])
+    # 3 of 7 succeed: a healthy crawl only under a threshold this low.
+    set_pipeline(embedded, pipeline_id, config={"MIN_SUCCESS_RATIO": 0.4})
     result = embedded.run(pipeline_id, workspace_id)
     assert result.success
     crawl = materialization(result, "crawl_results")

@@ -1,36 +1,36 @@
-"""Archiving documents whose page left the crawl, only after a healthy crawl, and restoring them when it returns."""
+"""Archiving documents whose page left the crawl, as far as the crawl's health allows, and restoring them when it
+returns."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
-
+from pipelines_dagster.core.crawl_health import CrawlHealth
 from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.kb_archive import (
-    DEFAULT_MIN_SUCCESS_RATIO,
-    archive_missing,
-    crawl_health_problem,
-    crawl_is_healthy,
-    success_threshold,
-)
+from pipelines_dagster.core.kb_archive import archive_missing
 from pipelines_dagster.core.kb_index import Destination, index_crawl
 from tests.core.test_kb_index import documents, page, setup
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 A, B, C = "https://e.com/a", "https://e.com/b", "https://e.com/c"
+HEALTHY = CrawlHealth(healthy=True, complete=True, why="all good")
+INCOMPLETE = CrawlHealth(healthy=True, complete=False, why="stopped at max pages")
+UNHEALTHY = CrawlHealth(healthy=False, complete=True, why="the site is down")
 
 
 def gone(url: str, http_status: int) -> CrawlRecord:
     return CrawlRecord(url=url, status="failed", error=f"HTTP {http_status}", http_status=http_status)
 
 
-def crawl(sessions, destination: Destination, records: list[CrawlRecord], run_id: str) -> tuple[int, int]:
-    """Index a crawl and archive what it no longer covers, as a healthy crawl does: (archived, restored)."""
+def crawl(
+    sessions, destination: Destination, records: list[CrawlRecord], run_id: str, health: CrawlHealth = HEALTHY
+) -> tuple[int, int]:
+    """Index a crawl and archive what it no longer covers, as far as its health allows: (archived, restored)."""
     stats = index_crawl(sessions, destination, lambda: records)
     archived = archive_missing(
         sessions,
         destination,
+        health=health,
         crawled_urls=stats.crawled_urls,
         gone_urls=stats.gone_urls,
         run_id=run_id,
@@ -45,32 +45,6 @@ def archived(sessions, destination: Destination) -> dict[str, str | None]:
         for url, document in documents(sessions, destination.workspace_id).items()
         if document.archived_at is not None
     }
-
-
-@pytest.mark.parametrize(
-    ("succeeded", "attempted", "truncated", "healthy"),
-    [
-        (8, 10, False, True),
-        (10, 10, False, True),
-        (7, 10, False, False),
-        (10, 10, True, False),
-        (0, 0, False, False),
-    ],
-)
-def test_a_crawl_is_healthy_at_its_threshold_and_not_truncated(succeeded, attempted, truncated, healthy):
-    assert crawl_is_healthy(succeeded=succeeded, attempted=attempted, threshold=0.8, truncated=truncated) is healthy
-
-
-def test_an_unhealthy_crawl_says_why():
-    assert crawl_health_problem(succeeded=7, attempted=10, threshold=0.8, truncated=False) == (
-        "7 of 10 URLs succeeded (70%), under the threshold of 80%"
-    )
-    assert "max pages" in crawl_health_problem(succeeded=10, attempted=10, threshold=0.8, truncated=True)
-
-
-def test_the_threshold_is_the_pipelines_own_or_the_default():
-    assert success_threshold({}) == DEFAULT_MIN_SUCCESS_RATIO
-    assert success_threshold({"MIN_SUCCESS_RATIO": 0.95}) == 0.95
 
 
 def test_a_url_that_left_the_list_is_archived_with_the_run_and_kept(sessions):
@@ -122,3 +96,18 @@ def test_only_the_pipelines_own_documents_are_archived(sessions):
     assert crawl(sessions, ours, [page(B, "B")], "run-2") == (1, 0)
     assert archived(sessions, ours) == {A: "run-2"}
     assert archived(sessions, theirs) == {}
+
+
+def test_an_unhealthy_crawl_archives_neither_what_it_did_not_cover_nor_what_answered_404(sessions):
+    destination = setup(sessions)
+    crawl(sessions, destination, [page(A, "A"), page(B, "B"), page(C, "C")], "run-1")
+    # A CDN answering 404 for a minute, and C left out: nothing is known to have left.
+    assert crawl(sessions, destination, [gone(A, 404), gone(B, 404)], "run-2", UNHEALTHY) == (0, 0)
+    assert archived(sessions, destination) == {}
+
+
+def test_an_incomplete_crawl_archives_only_what_answered_404_or_410(sessions):
+    destination = setup(sessions)
+    crawl(sessions, destination, [page(A, "A"), page(B, "B"), page(C, "C")], "run-1")
+    assert crawl(sessions, destination, [page(A, "A"), gone(B, 410)], "run-2", INCOMPLETE) == (1, 0)
+    assert archived(sessions, destination) == {B: "run-2"}

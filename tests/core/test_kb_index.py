@@ -115,3 +115,27 @@ def test_phase_one_leaves_pending_rows_when_content_never_arrives(sessions):
     # Pending rows from the interrupted run are filled in, not duplicated.
     assert (stats.created, stats.updated) == (2, 0)
     assert {d.status_state for d in documents(sessions, destination.workspace_id).values()} == {"ready"}
+
+
+def test_two_pipelines_over_one_url_keep_a_document_each_in_their_folders(sessions):
+    first = setup(sessions)
+    with transaction(sessions) as session:
+        folder = Folder(workspace_id=first.workspace_id, name="Other")
+        pipeline = Pipeline(workspace_id=first.workspace_id, name="q")
+        session.add_all([folder, pipeline])
+        session.flush()
+        second = Destination(
+            workspace_id=first.workspace_id, pipeline_id=pipeline.id, connector_id=None, folder_id=folder.id
+        )
+    for text in ("v1", "v1", "v2"):
+        for destination in (first, second):
+            index_crawl(sessions, destination, lambda text=text: [page("https://e.com/shared", text)])
+        with sessions() as session:
+            rows = session.execute(
+                sa.select(Document.pipeline_id, Document.folder_id, Document.content).where(
+                    Document.workspace_id == first.workspace_id
+                )
+            ).all()
+        assert sorted(rows) == sorted(
+            [(first.pipeline_id, first.folder_id, text), (second.pipeline_id, second.folder_id, text)]
+        )

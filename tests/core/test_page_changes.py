@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, PageState, Pipeline
 from pipelines_dagster.core import catalog, page_changes
+from pipelines_dagster.core.crawl_health import CrawlHealth
 from pipelines_dagster.core.crawl_record import CrawlRecord
 from pipelines_dagster.core.kb_index import content_hash
 from pipelines_dagster.core.page_changes import (
@@ -20,6 +21,7 @@ from pipelines_dagster.core.page_changes import (
 )
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+HEALTHY = CrawlHealth(healthy=True, complete=True, why="all good")
 
 
 def ok(url: str, content: str) -> CrawlRecord:
@@ -40,10 +42,16 @@ def pipeline(sessions) -> tuple[int, int]:
         return workspace.id, pipeline.id
 
 
-def record(sessions, pipeline, run_id, records, now=T0):
+def record(sessions, pipeline, run_id, records, now=T0, health=HEALTHY):
     workspace_id, pipeline_id = pipeline
     return record_changes(
-        sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, run_id=run_id, records=records, now=now
+        sessions,
+        workspace_id=workspace_id,
+        pipeline_id=pipeline_id,
+        run_id=run_id,
+        records=records,
+        now=now,
+        health=health,
     )
 
 
@@ -130,21 +138,25 @@ def test_a_removed_page_that_returns_is_new_again(sessions, pipeline):
     assert timeline(sessions, pipeline[1]) == [("a", "new"), ("a", "removed"), ("a", "new")]
 
 
-def test_a_crawl_stopped_at_max_pages_removes_none_of_the_pages_it_did_not_reach(sessions, pipeline):
-    workspace_id, pipeline_id = pipeline
-    record(sessions, pipeline, "run-1", [ok("a", "A"), ok("b", "B"), ok("c", "C")])
-    truncated = record_changes(
-        sessions,
-        workspace_id=workspace_id,
-        pipeline_id=pipeline_id,
-        run_id="run-2",
-        records=[ok("a", "A2")],
-        now=T0,
-        truncated=True,
-    )
-    assert (truncated.changed, truncated.removed) == (1, 0)
+def test_a_crawl_stopped_at_max_pages_removes_only_the_pages_that_answered_404(sessions, pipeline):
+    record(sessions, pipeline, "run-1", [ok("a", "A"), ok("b", "B"), ok("c", "C"), ok("d", "D")])
+    incomplete = CrawlHealth(healthy=True, complete=False, why="stopped at max pages")
+    truncated = record(sessions, pipeline, "run-2", [ok("a", "A2"), failed("d", 404)], health=incomplete)
+    assert (truncated.changed, truncated.removed) == (1, 1)
+    assert timeline(sessions, pipeline[1])[4:] == [("a", "changed"), ("d", "removed")]
     full = record(sessions, pipeline, "run-3", [ok("a", "A2")])
     assert full.removed == 2
+
+
+def test_an_unhealthy_crawl_removes_nothing_and_the_next_healthy_one_finds_nothing_new(sessions, pipeline):
+    record(sessions, pipeline, "run-1", [ok("a", "A"), ok("b", "B"), ok("c", "C")])
+    outage = CrawlHealth(healthy=False, complete=True, why="every URL of its list failed")
+    # A CDN answering 404 to a, a 503 for b, and c not reached at all.
+    down = record(sessions, pipeline, "run-2", [failed("a", 404), failed("b", 503)], health=outage)
+    assert (down.removed, down.skipped, down.changes) == (0, 2, [])
+    back = record(sessions, pipeline, "run-3", [ok("a", "A"), ok("b", "B"), ok("c", "C")])
+    assert (back.new, back.same, back.removed) == (0, 3, 0)
+    assert timeline(sessions, pipeline[1]) == [("a", "new"), ("b", "new"), ("c", "new")]
 
 
 def test_the_same_crawl_recorded_twice_appends_once(sessions, pipeline):

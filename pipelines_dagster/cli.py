@@ -44,6 +44,7 @@ from pipelines_dagster.core.site_config import (
 from pipelines_dagster.core.triggers import (
     EventType,
     create_event_trigger,
+    create_manual_trigger,
     create_webhook_trigger,
     emit_event,
     pipeline_triggers,
@@ -776,7 +777,8 @@ def _demo(demo_site: Any, *, once: bool, site_port: int, ui_port: int) -> None:
 @json_option
 @user_errors
 def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
-    """Run a pipeline now on the running Dagster (webserver at $PIPELINES_DAGSTER_URL)."""
+    """Run a pipeline now on the running Dagster (webserver at $PIPELINES_DAGSTER_URL); it needs an enabled
+    manual trigger (`trigger list` shows it)."""
     # Imported on use, like uvicorn below: the GraphQL client and the web stack are
     # only needed by these two commands.
     from pipelines_dagster.core.run_engine import RunRefused
@@ -873,13 +875,19 @@ def api(host: str, port: int) -> None:
 
 @main.group()
 def trigger() -> None:
-    """Webhook and event triggers of a pipeline (schedules are set with `pipeline create`)."""
+    """Webhook, event and manual triggers of a pipeline (schedules are set with `pipeline create`)."""
 
 
 @trigger.command("create")
 @click.option("--workspace", "workspace_id", required=True, type=int)
 @click.option("--pipeline", "pipeline_id", required=True, type=int)
-@click.option("--kind", required=True, type=click.Choice(["webhook", "event"]))
+@click.option(
+    "--kind",
+    required=True,
+    type=click.Choice(["webhook", "event", "manual"]),
+    help="manual: the trigger that lets `pipeline run` (and POST .../run) start the pipeline by hand; a pipeline "
+    "gets one when it is made, so this adds one it lacks.",
+)
 @click.option(
     "--event-type",
     default=None,
@@ -896,13 +904,17 @@ def trigger() -> None:
 def trigger_create(
     workspace_id: int, pipeline_id: int, kind: str, event_type: str | None, signing: str | None, as_json: bool
 ) -> None:
-    """Add a webhook trigger (prints its URL path and secret once) or an event subscription."""
+    """Add a webhook trigger (prints its URL path and secret once), an event subscription or a manual trigger."""
     if (kind == "event") != (event_type is not None):
         raise InvalidInputError("event_type", "give --event-type with --kind event, and only then")
-    if kind == "event" and signing is not None:
+    if kind != "webhook" and signing is not None:
         raise InvalidInputError("signing", "give --signing with --kind webhook only")
     with transaction(open_sessions(load_settings())) as session:
-        if kind == "webhook":
+        if kind == "manual":
+            manual = create_manual_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            payload = {"id": manual.id, "kind": kind}
+            text = f"manual trigger {manual.id}: pipeline {pipeline_id} can be run by hand (`pipeline run`)"
+        elif kind == "webhook":
             made = create_webhook_trigger(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, signing=signing or "standard"
             )
@@ -1000,7 +1012,7 @@ def trigger_enable(workspace_id: int, pipeline_id: int, trigger_id: int, as_json
 @json_option
 @user_errors
 def trigger_disable(workspace_id: int, pipeline_id: int, trigger_id: int, as_json: bool) -> None:
-    """Switch a trigger off: it fires no more until enabled again."""
+    """Switch a trigger off: it fires no more until enabled again (a manual trigger off: `pipeline run` refuses)."""
     _switch_trigger(workspace_id, pipeline_id, trigger_id, False, as_json)
 
 

@@ -1,4 +1,4 @@
-"""Run a pipeline now: refuse what its guards would refuse, then launch `pipeline_run` on the running Dagster.
+"""Run a pipeline now: refuse what its guards (and its manual trigger) refuse, then launch `pipeline_run` on Dagster.
 
 The launch goes through the Dagster webserver's GraphQL API, so the run lands in
 the deployment's own queue (and its one-run-per-pipeline limit) like a UI launch.
@@ -15,7 +15,7 @@ import requests
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.core import catalog
-from pipelines_dagster.core.run_engine import plan_run
+from pipelines_dagster.core.run_engine import plan_manual_run
 from pipelines_dagster.runs import (
     CODE_LOCATION,
     PARTITION_TAG,
@@ -137,10 +137,12 @@ def launch_pipeline_run(
     """Launch a manual run of a pipeline of the workspace; return its run id.
 
     NotFoundError when the pipeline is not the workspace's; RunRefused (with the
-    reason) when the run's own guards would stop it, so no run is created.
+    reason) when the run's own guards would stop it, or the pipeline has no enabled
+    manual trigger, so no run is created.
     """
     with sessions() as session:
         catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-        plan_run(session, pipeline_id)
-    # A pipeline disabled between this check and the run start is still refused, by crawl_results itself.
+        plan_manual_run(session, pipeline_id)
+    # A pipeline disabled between this check and the run start is still refused, by crawl_results itself;
+    # a manual trigger switched off meanwhile is not (the crawl step cannot tell this launch from the UI's).
     return (launcher or GraphQLLauncher())(workspace_id=workspace_id, pipeline_id=pipeline_id)

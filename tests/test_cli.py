@@ -172,7 +172,10 @@ def test_pipeline_create_with_folder_and_cron_schedule(cli, workspace, connector
             sa.text("SELECT id, name FROM folders WHERE id = :id"), {"id": made["destination_folder_id"]}
         ).one()
         trigger = conn.execute(
-            sa.text("SELECT kind, cron, timezone, interval_minutes FROM pipeline_triggers WHERE pipeline_id = :id"),
+            sa.text(
+                "SELECT kind, cron, timezone, interval_minutes FROM pipeline_triggers "
+                "WHERE pipeline_id = :id AND kind = 'schedule'"
+            ),
             {"id": made["id"]},
         ).one()
     assert tuple(folder) == (made["destination_folder_id"], "Docs")
@@ -406,7 +409,7 @@ def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
                 conn.execute(
                     sa.text(
                         "SELECT t.enabled FROM pipeline_triggers t JOIN pipelines p ON p.id = t.pipeline_id "
-                        "WHERE p.system_managed AND p.connector_id = :c"
+                        "WHERE p.system_managed AND p.connector_id = :c AND t.kind = 'schedule'"
                     ),
                     {"c": own["id"]},
                 ).scalar_one()
@@ -593,8 +596,8 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         k: v for k, v in updated.items() if k not in changed
     }
     with cli.engine().connect() as conn:
-        triggers = sa.text("SELECT count(*) FROM pipeline_triggers WHERE pipeline_id = :id")
-        assert conn.execute(triggers, {"id": made["id"]}).scalar_one() == 0
+        triggers = sa.text("SELECT kind FROM pipeline_triggers WHERE pipeline_id = :id")
+        assert conn.execute(triggers, {"id": made["id"]}).scalars().all() == ["manual"]
 
 
 @pytest.mark.parametrize(

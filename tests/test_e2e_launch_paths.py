@@ -5,7 +5,7 @@ the README tells a newcomer to do), the whole asset graph, the pipeline_run laun
 and a re-execution of only the crawl step from the run page. Each leaves the pipeline's documents
 and page changes with its crawl, one charge, and the run contract's tags; a UI launch is busy for
 the schedule sensor while queued or running, and the lock-release sensor frees what it left when
-its process died.
+its process died. A manual trigger switched off refuses run-now, not these operators' launches.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from pipelines_dagster.app_db.models import Document, PageChange
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
+from pipelines_dagster.core.run_engine import RunRefused
+from pipelines_dagster.core.triggers import pipeline_triggers, set_trigger_enabled
+from pipelines_dagster.launch import GraphQLLauncher, launch_pipeline_run
 from pipelines_dagster.sensors.common import BUSY, busy_pipelines
 from tests.support import ledger
 from tests.support.dagster_dev import Dev, dagster_dev, wait_for
@@ -183,6 +186,25 @@ def test_materializing_crawl_results_from_its_asset_page_as_the_readme_says_land
     seeded = seed(dev, "assetpage")
     run = finished(dev, launch(dev, seeded.pipeline_id, assets=["crawl_results"]))
     assert run.asset_selection == {dg.AssetKey("crawl_results")}
+    assert_follows_its_crawl(dev, run, seeded)
+
+
+def test_a_ui_launch_runs_a_partition_whose_manual_trigger_is_off_which_run_now_refuses(dev: Dev):
+    seeded = seed(dev, "manualoff")
+    with transaction(dev.sessions) as session:
+        triggers = pipeline_triggers(session, workspace_id=seeded.workspace_id, pipeline_id=seeded.pipeline_id)
+        [manual] = [trigger.id for trigger in triggers if trigger.kind == "manual"]
+        set_trigger_enabled(
+            session, workspace_id=seeded.workspace_id, pipeline_id=seeded.pipeline_id, trigger_id=manual, enabled=False
+        )
+    with pytest.raises(RunRefused, match=f"pipeline {seeded.pipeline_id} has no enabled manual trigger"):
+        launch_pipeline_run(
+            dev.sessions,
+            workspace_id=seeded.workspace_id,
+            pipeline_id=seeded.pipeline_id,
+            launcher=GraphQLLauncher(dev.ui_url),
+        )
+    run = finished(dev, launch(dev, seeded.pipeline_id, assets=["crawl_results"]))
     assert_follows_its_crawl(dev, run, seeded)
 
 

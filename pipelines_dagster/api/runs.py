@@ -48,7 +48,8 @@ def _pipeline_run(api: Api, workspace_id: int, pipeline_id: int, run_id: uuid.UU
 def run_now(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -> RunLaunched:
     """Launch the pipeline now (trigger `manual`); the run queues behind any run of the same pipeline.
 
-    A disabled or otherwise unrunnable pipeline is refused with 409 and the reason; no run is created.
+    A disabled or otherwise unrunnable pipeline, or one without an enabled manual trigger, is refused
+    with 409 and the reason; no run is created.
     """
     return RunLaunched(
         run_id=launch_pipeline_run(

@@ -28,6 +28,7 @@ from pipelines_dagster.core.triggers import (
     EventType,
     accept_delivery,
     create_event_trigger,
+    create_manual_trigger,
     create_webhook_trigger,
     emit_event,
     get_trigger,
@@ -44,8 +45,9 @@ PipelineId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 class TriggerIn(BaseModel):
-    kind: Literal["webhook", "event"] = Field(
-        description="Schedules are set on the pipeline itself; manual runs need no trigger."
+    kind: Literal["webhook", "event", "manual"] = Field(
+        description="Schedules are set on the pipeline itself. A pipeline runs by hand (`POST .../run`) only "
+        "while it has an enabled manual trigger; it gets one when it is made, and `manual` adds one it lacks."
     )
     event_type: EventType | None = Field(default=None, description="Required for an event trigger.")
     signing: WebhookSigning | None = Field(
@@ -181,8 +183,14 @@ def disable_trigger(
 def add_trigger(
     workspace_id: WorkspaceId, pipeline_id: PipelineId, body: TriggerIn, api: Api
 ) -> NewWebhookOut | TriggerOut:
-    """Add a webhook trigger (its URL and secret are shown once) or subscribe the pipeline to an event type."""
+    """Add a webhook trigger (its URL and secret are shown once), subscribe the pipeline to an event type,
+    or give it the manual trigger it lacks."""
     with transaction(api.sessions) as session:
+        if body.kind == TriggerKind.MANUAL.value:
+            if body.event_type is not None or body.signing is not None:
+                field = "event_type" if body.event_type is not None else "signing"
+                raise InvalidInputError(field, "a manual trigger takes no event type or signing mode")
+            return trigger_out(create_manual_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id))
         if body.kind == TriggerKind.WEBHOOK.value:
             if body.event_type is not None:
                 raise InvalidInputError("event_type", "only an event trigger takes an event type")
@@ -308,8 +316,8 @@ async def receive_webhook(
     resending a delivery (a retry) answers 200 and starts no second run.
 
     `github`: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body under the URL token>`. Only the
-    body is signed, so a body this trigger already accepted (within the retention window) is a replay:
-    200, nothing stored, no run, whatever other headers say.
+    body is signed, so a body this trigger ever accepted is a replay, also after retention pruned its
+    delivery: 200 with the first delivery's id, nothing stored, no run, whatever other headers say.
     """
     try:
         body = await _capped_body(request)

@@ -276,6 +276,12 @@ class PipelineTrigger(Base):
             unique=True,
         ),
         sa.Index("ix_pipeline_triggers_due", "kind", "enabled", "next_fire_at"),
+        sa.Index(
+            "ix_pipeline_triggers_awaiting_run",
+            "id",
+            sqlite_where=sa.text("awaiting_run_for IS NOT NULL"),
+            postgresql_where=sa.text("awaiting_run_for IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -287,6 +293,9 @@ class PipelineTrigger(Base):
     interval_minutes: Mapped[int | None]
     next_fire_at: Mapped[datetime | None]
     last_fired_at: Mapped[datetime | None]
+    # The scheduled_for of the fire claimed at last_fired_at, until a tick sees its run in Dagster:
+    # what a tick that died after claiming it owes, offered again (core/scheduler.py).
+    awaiting_run_for: Mapped[datetime | None]
     event_type: Mapped[str | None] = mapped_column(sa.String(64))
     # The URL token's SHA-256: it names the trigger and, in github mode, is the signing key.
     webhook_secret_hash: Mapped[str | None] = mapped_column(sa.String(64), unique=True)
@@ -308,9 +317,19 @@ def _pending_index(table: str) -> sa.Index:
     return sa.Index(f"ix_{table}_pending", "id", sqlite_where=pending, postgresql_where=pending)
 
 
+def _awaiting_index(table: str) -> sa.Index:
+    """The rows whose runs were requested and not yet seen, in id order: what a tick looks for lost runs in."""
+    awaiting = sa.text("awaiting_run")
+    return sa.Index(f"ix_{table}_awaiting_run", "id", sqlite_where=awaiting, postgresql_where=awaiting)
+
+
 class WebhookDelivery(Base):
     __tablename__ = "webhook_deliveries"
-    __table_args__ = (sa.UniqueConstraint("trigger_id", "dedupe_key"), _pending_index("webhook_deliveries"))
+    __table_args__ = (
+        sa.UniqueConstraint("trigger_id", "dedupe_key"),
+        _pending_index("webhook_deliveries"),
+        _awaiting_index("webhook_deliveries"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
@@ -321,11 +340,28 @@ class WebhookDelivery(Base):
     received_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     # Set by the webhook sensor in the transaction that takes the row; NULL until then.
     requested_at: Mapped[datetime | None]
+    # Taken for a run that no tick has seen in Dagster yet (core/trigger_queue.py).
+    awaiting_run: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
+
+
+class WebhookBodyDigest(Base):
+    """A body a github-mode trigger accepted, as its dedupe key: the replay guard of a mode that signs
+    nothing but the body. Retention prunes the delivery and keeps this; it goes with its trigger."""
+
+    __tablename__ = "webhook_body_digests"
+
+    # The primary key is the uniqueness that refuses a replay, and the only index.
+    trigger_id: Mapped[int] = mapped_column(sa.ForeignKey("pipeline_triggers.id", ondelete="CASCADE"), primary_key=True)
+    dedupe_key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    # The delivery that brought the body, answered again to a replay; set in the transaction that
+    # inserts the row, so no reader sees it NULL. Not a foreign key: the delivery is pruned first.
+    delivery_id: Mapped[int | None]
+    accepted_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class DomainEvent(Base):
     __tablename__ = "domain_events"
-    __table_args__ = (_pending_index("domain_events"),)
+    __table_args__ = (_pending_index("domain_events"), _awaiting_index("domain_events"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
@@ -334,6 +370,8 @@ class DomainEvent(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Set by the event sensor in the transaction that takes the row; NULL until then.
     requested_at: Mapped[datetime | None]
+    # Taken for runs that no tick has seen in Dagster yet (core/trigger_queue.py).
+    awaiting_run: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
 
 
 class Document(Base):

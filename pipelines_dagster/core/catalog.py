@@ -191,6 +191,7 @@ def _create_default_pipeline(
     )
     session.add(pipeline)
     session.flush()
+    session.add(manual_trigger(pipeline))
     trigger = set_schedule(session, pipeline, ScheduleSpec(every_minutes=connector.indexing_frequency_minutes), now=now)
     assert trigger is not None
     connector.next_scheduled_at = trigger.next_fire_at
@@ -208,14 +209,21 @@ def reconcile_connector_indexing(session: Session, connector_id: int, *, now: da
     periodic indexing (its system-managed pipeline's schedule) is off; when the
     last one is disabled or deleted, that schedule comes back. A schedule that
     was switched off for another reason is left alone.
+
+    The guard counts, then writes, under the connector's row lock (PostgreSQL; on SQLite every
+    transaction holds the writer lock from its start), so guards of one connector take turns and
+    each counts what the one before it committed: two pipelines disabled at once cannot each still
+    see the other enabled and leave the connector indexed by neither.
     """
-    connector = session.get(Connector, connector_id)
+    connector = session.get(Connector, connector_id, with_for_update=True, populate_existing=True)
     if connector is None:
         return
     trigger = session.scalar(
         _schedule_triggers()
         .join(Pipeline, PipelineTrigger.pipeline_id == Pipeline.id)
         .where(Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True))
+        # Read after the lock: this session may hold the row from before another guard's commit.
+        .execution_options(populate_existing=True)
     )
     if trigger is None:
         return
@@ -241,6 +249,14 @@ def reconcile_connector_indexing(session: Session, connector_id: int, *, now: da
         connector.periodic_indexing_enabled = True
         connector.next_scheduled_at = trigger.next_fire_at
     session.flush()
+
+
+def manual_trigger(pipeline: Pipeline) -> PipelineTrigger:
+    """A new enabled manual trigger of the pipeline (not yet added): it is what lets the pipeline be run
+    by hand, from the API's or the CLI's run-now (`run_engine.plan_manual_run`)."""
+    return PipelineTrigger(
+        workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind=TriggerKind.MANUAL.value, enabled=True
+    )
 
 
 def _schedule_triggers() -> sa.Select[PipelineTrigger]:
@@ -426,6 +442,7 @@ def create_pipeline(
     (retry or RetryPolicy()).apply_to(pipeline)
     session.add(pipeline)
     session.flush()
+    session.add(manual_trigger(pipeline))
     moment = now or datetime.now(UTC)
     if spec is not None:
         set_schedule(session, pipeline, spec, now=moment)
@@ -475,9 +492,9 @@ def update_pipeline(
     session.flush()
     # The de-dup guard of every connector whose user pipelines this may have changed.
     if not isinstance(changes.enabled, Keep) or pipeline.connector_id != connector_before:
-        for connector_id in {connector_before, pipeline.connector_id}:
-            if connector_id is not None:
-                reconcile_connector_indexing(session, connector_id, now=moment)
+        # In id order, so two moves between the same connectors take their row locks in one order.
+        for connector_id in sorted(c for c in {connector_before, pipeline.connector_id} if c is not None):
+            reconcile_connector_indexing(session, connector_id, now=moment)
     return pipeline
 
 

@@ -64,8 +64,9 @@ def prune_webhook_deliveries(sessions: sessionmaker[Session], *, older_than: dat
     """Delete deliveries received before `older_than`.
 
     With a cutoff of a day or more this never removes one the webhook sensor has not read yet
-    (it reads within seconds), and dropping a dedupe key reopens no replay: deliveries older
-    than `MAX_DELIVERY_AGE_SECONDS` are refused by their signed timestamp.
+    (it reads within seconds), and dropping a dedupe key reopens no replay: a standard-mode
+    delivery older than `MAX_DELIVERY_AGE_SECONDS` is refused by its signed timestamp, and a
+    github-mode body by its digest (`WebhookBodyDigest`), which is kept.
     """
     return _delete(sessions, sa.delete(WebhookDelivery).where(WebhookDelivery.received_at < older_than))
 

@@ -23,7 +23,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline
+from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, TriggerKind
 from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
 from pipelines_dagster.core.catalog import initial_urls
@@ -116,6 +116,35 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         retry=RetryPolicy.of(pipeline),
         site=site,
     )
+
+
+def plan_manual_run(session: Session, pipeline_id: int) -> RunPlan:
+    """The guards of a run started by hand (run-now from the API, the CLI): the run's own, then the
+    pipeline's manual trigger, which must be there and on; RunRefused says how to switch it on.
+
+    A launch from the Dagster UI is an operator's and does not pass here: its crawl step checks only
+    `plan_run`, so the UI can run any partition whatever its manual trigger says.
+    """
+    plan = plan_run(session, pipeline_id)
+    manual = session.scalar(
+        sa.select(PipelineTrigger).where(
+            PipelineTrigger.pipeline_id == pipeline_id, PipelineTrigger.kind == TriggerKind.MANUAL.value
+        )
+    )
+    where = f"--workspace {plan.workspace_id} --pipeline {pipeline_id}"
+    if manual is None:
+        raise RunRefused(
+            f"pipeline {pipeline_id} has no manual trigger, so it cannot be run by hand; add one with "
+            f"`pipelines-dagster trigger create {where} --kind manual` (API: POST .../triggers "
+            '{"kind": "manual"})'
+        )
+    if not manual.enabled:
+        raise RunRefused(
+            f"pipeline {pipeline_id} has no enabled manual trigger (trigger {manual.id} is off), so it cannot be "
+            f"run by hand; enable it with `pipelines-dagster trigger enable {where} --trigger {manual.id}` "
+            f"(API: POST .../triggers/{manual.id}/enable)"
+        )
+    return plan
 
 
 def _site_config(connector: Connector) -> SiteConfig | None:

@@ -3,6 +3,13 @@
 `ScheduleSpec` is the one next-fire computation: new triggers, edited ones, restored ones and
 the scheduler's tick all go through `ScheduleSpec.next_fire_after`.
 
+Daylight saving: a cron names wall times, and each wall time it names fires once. A wall time
+the clock shows twice (fall-back) fires at its first occurrence; one the clock skips
+(spring-forward) fires at the moment of the jump. That holds for every cron, `0 * * * *` and
+`*/15 * * * *` too: an hourly cron fires at the first 02:00 of a fall-back night and not at the
+second, so that night has one hour without a fire, and no cron fires twice at one instant. An
+interval schedule counts real minutes from its due time, so DST does not touch it.
+
 croniter is imported by the functions that use it: run processes load this module with the
 code location and never evaluate a cron; sensors and the CLI/API do.
 """
@@ -38,16 +45,57 @@ def validate_cron(cron: str, *, field: str = "cron") -> str:
     return expression
 
 
+def wall_clock(instant: datetime, zone: ZoneInfo) -> datetime:
+    """What a clock in `zone` shows at `instant`, as a naive datetime."""
+    return instant.astimezone(zone).replace(tzinfo=None, fold=0)
+
+
+def wall_time_instant(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The instant (UTC) a naive wall time in `zone` fires at: its first occurrence when the clock shows
+    it twice, the moment the clock jumps over it when the clock skips it."""
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)  # fold=0: the earlier of two occurrences
+    if wall_clock(first, zone) == wall:
+        return first
+    # Skipped: read with the offsets before and after the jump, it names two instants the jump lies
+    # between; find the jump to the second.
+    low, high = sorted((first, wall.replace(tzinfo=zone, fold=1).astimezone(UTC)))
+    while high - low > timedelta(seconds=1):
+        middle = low + timedelta(seconds=(high - low) // timedelta(seconds=1) // 2)
+        if wall_clock(middle, zone) > wall:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
 def next_cron_fire(cron: str, timezone: str, *, after: datetime) -> datetime:
-    """The first match strictly after `after`, evaluated in `timezone` (DST-correct), in UTC."""
+    """The first fire strictly after `after` of the wall times `cron` names in `timezone`, in UTC.
+
+    From an aware start croniter fires a wall time the clock shows twice at both of its instants
+    (its `_add_tzinfo` takes the occurrence next after the start, and after the first comes the
+    second: `30 2 * * *` in Europe/Stockholm fired at 00:30 and 01:30 UTC on 2026-10-25). From a
+    naive start it only does calendar arithmetic; each match is placed by `wall_time_instant`, and a
+    match whose instant is not after `after` (the second pass through a repeated hour, or a skipped
+    time whose jump another match already fired at) is passed over.
+    """
     from croniter import croniter
 
-    local_after = after.astimezone(ZoneInfo(timezone))
-    return croniter(cron, local_after).get_next(datetime).astimezone(UTC)
+    zone = ZoneInfo(timezone)
+    matches = croniter(cron, wall_clock(after, zone))
+    while True:
+        instant = wall_time_instant(matches.get_next(datetime), zone)
+        if instant > after:
+            return instant
 
 
-def next_interval_fire(every_minutes: int, *, after: datetime) -> datetime:
-    return (after + timedelta(minutes=every_minutes)).astimezone(UTC)
+def next_interval_fire(every_minutes: int, *, after: datetime, due: datetime | None = None) -> datetime:
+    """The first time strictly after `after` that is a whole number of periods from `due`: an interval
+    keeps the phase of its due time, and a late tick skips the whole periods it missed (no catch-up).
+    Without a due time (a new or edited schedule), `after` + N."""
+    period = timedelta(minutes=every_minutes)
+    if due is None:
+        return (after + period).astimezone(UTC)
+    return (due + (after - due) // period * period + period).astimezone(UTC)
 
 
 def validate_interval(every_minutes: int, *, field: str = "every_minutes") -> int:
@@ -94,8 +142,10 @@ class ScheduleSpec:
         """The schedule in words: cron '0 6 * * 1-5' UTC, or every 60 min."""
         return f"cron {self.cron!r} {self.timezone}" if self.cron is not None else f"every {self.every_minutes} min"
 
-    def next_fire_after(self, moment: datetime) -> datetime:
+    def next_fire_after(self, moment: datetime, *, due: datetime | None = None) -> datetime:
+        """The next fire time after `moment`; `due`, the fire being claimed, is where an interval
+        counts from (a cron's fire times do not depend on it)."""
         if self.cron is not None and self.timezone is not None:
             return next_cron_fire(self.cron, self.timezone, after=moment)
         assert self.every_minutes is not None
-        return next_interval_fire(self.every_minutes, after=moment)
+        return next_interval_fire(self.every_minutes, after=moment, due=due)

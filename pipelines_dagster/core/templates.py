@@ -17,7 +17,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, RetryBackoff, TriggerKind
-from pipelines_dagster.core.catalog import TEMPLATE_KEY, get_or_create_folder, get_workspace, template_key
+from pipelines_dagster.core.catalog import (
+    TEMPLATE_KEY,
+    get_or_create_folder,
+    get_workspace,
+    manual_trigger,
+    template_key,
+)
 from pipelines_dagster.core.crawl_health import THRESHOLD_KEY
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.schedule import ScheduleSpec
@@ -185,7 +191,7 @@ def _seed(session: Session, workspace_id: int, template: Template, *, name: str,
     spec = template.schedule
     session.add_all(
         [
-            PipelineTrigger(workspace_id=workspace_id, pipeline_id=pipeline.id, kind=TriggerKind.MANUAL.value),
+            manual_trigger(pipeline),
             *(
                 PipelineTrigger(
                     workspace_id=workspace_id, pipeline_id=pipeline.id, kind=TriggerKind.EVENT.value, event_type=event

@@ -1,4 +1,4 @@
-"""Webhook and domain-event triggers: creating them, accepting signed deliveries, emitting events.
+"""Webhook, domain-event and manual triggers: creating them, accepting signed deliveries, emitting events.
 
 A webhook trigger is named by a random token in its URL; only the token's hash is stored.
 Its deliveries are signed in one of two modes, chosen when the trigger is created:
@@ -9,7 +9,8 @@ Its deliveries are signed in one of two modes, chosen when the trigger is create
   id or later than five minutes; the id is the dedupe key. Secrets rotate with an overlap window.
 - `github`: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` under the URL token, as
   GitHub sends. Only the body is signed, so the body is the dedupe key: a body the trigger has
-  already accepted (within the retention window) is a replay, whatever unsigned headers say.
+  ever accepted is a replay, whatever unsigned headers say. Its digest outlives the delivery that
+  retention prunes and goes with the trigger, so the guard lasts as long as the token that signs.
 
 Deliveries and events are rows that the trigger sensors take (core/trigger_queue.py) and turn into runs.
 """
@@ -32,8 +33,22 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import dialect_insert
-from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, TriggerKind, WebhookDelivery, WebhookSigning
-from pipelines_dagster.core.catalog import NotFoundError, SystemManagedError, get_pipeline, get_workspace, hash_token
+from pipelines_dagster.app_db.models import (
+    DomainEvent,
+    PipelineTrigger,
+    TriggerKind,
+    WebhookBodyDigest,
+    WebhookDelivery,
+    WebhookSigning,
+)
+from pipelines_dagster.core.catalog import (
+    NotFoundError,
+    SystemManagedError,
+    get_pipeline,
+    get_workspace,
+    hash_token,
+    manual_trigger,
+)
 from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
@@ -215,6 +230,17 @@ def create_event_trigger(session: Session, *, workspace_id: int, pipeline_id: in
     return trigger
 
 
+def create_manual_trigger(session: Session, *, workspace_id: int, pipeline_id: int) -> PipelineTrigger:
+    """Give a pipeline its manual trigger, on: what lets it be run by hand (pipelines get one when they
+    are made; one whose trigger was deleted, or made before that, gets it back here)."""
+    pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    _refuse_duplicate(session, pipeline_id, TriggerKind.MANUAL, None)
+    trigger = manual_trigger(pipeline)
+    session.add(trigger)
+    session.flush()
+    return trigger
+
+
 def _refuse_duplicate(session: Session, pipeline_id: int, kind: TriggerKind, event_type: str | None) -> None:
     exists = session.scalar(
         sa.select(PipelineTrigger.id).where(
@@ -318,7 +344,8 @@ def accept_delivery(
     """Verify and store one webhook delivery; DeliveryRejected says why and nothing is stored.
 
     A delivery already accepted (the same webhook-id in standard mode, the same body in github
-    mode) is a duplicate: answered as accepted, stored once, and it starts no second run.
+    mode, even once retention has pruned it) is a duplicate: answered as accepted with the first
+    delivery's id, stored once, and it starts no second run.
     """
     lowered = {name.lower(): value for name, value in headers.items()}
     if len(body) > MAX_WEBHOOK_BODY_BYTES:
@@ -339,6 +366,57 @@ def accept_delivery(
         dedupe_key = verify_github(token, body, lowered, moment)
     if not trigger.enabled:
         raise DeliveryRejected(409, "this webhook trigger is disabled")
+    github = trigger.signing == WebhookSigning.GITHUB.value
+    if github:
+        earlier = _claim_body(session, trigger_id=trigger.id, dedupe_key=dedupe_key, moment=moment)
+        if earlier is not None:
+            return DeliveryAccepted(earlier, duplicate=True)
+    accepted = _store_delivery(session, trigger, dedupe_key=dedupe_key, body=body, headers=lowered, moment=moment)
+    if github:
+        session.execute(
+            sa.update(WebhookBodyDigest)
+            .where(WebhookBodyDigest.trigger_id == trigger.id, WebhookBodyDigest.dedupe_key == dedupe_key)
+            .values(delivery_id=accepted.delivery_id)
+        )
+    return accepted
+
+
+def _claim_body(session: Session, *, trigger_id: int, dedupe_key: str, moment: datetime) -> int | None:
+    """Record that a github-mode trigger accepted this body: None when it is new, else the id of the
+    delivery that brought it first (pruned or not).
+
+    The primary key decides between identical deliveries at once, never a read before the write: the
+    second waits for the first's transaction (PostgreSQL's unique index, SQLite's writer lock) and
+    finds its row, with the delivery id it set.
+    """
+    claimed = session.scalar(
+        dialect_insert(session, WebhookBodyDigest)
+        .values(trigger_id=trigger_id, dedupe_key=dedupe_key, accepted_at=moment)
+        .on_conflict_do_nothing(index_elements=["trigger_id", "dedupe_key"])
+        .returning(WebhookBodyDigest.trigger_id)
+    )
+    if claimed is not None:
+        return None
+    earlier = session.execute(
+        sa.select(WebhookBodyDigest.delivery_id).where(
+            WebhookBodyDigest.trigger_id == trigger_id, WebhookBodyDigest.dedupe_key == dedupe_key
+        )
+    ).scalar_one()
+    # NULL only inside the transaction that claimed the row, which no other one sees.
+    if earlier is None:
+        raise RuntimeError(f"the digest {dedupe_key} of trigger {trigger_id} names no delivery")
+    return earlier
+
+
+def _store_delivery(
+    session: Session,
+    trigger: PipelineTrigger,
+    *,
+    dedupe_key: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    moment: datetime,
+) -> DeliveryAccepted:
     inserted = session.scalar(
         dialect_insert(session, WebhookDelivery)
         .values(
@@ -346,7 +424,7 @@ def accept_delivery(
             trigger_id=trigger.id,
             dedupe_key=dedupe_key,
             payload=body,
-            headers={name: lowered[name] for name in KEPT_HEADERS if name in lowered},
+            headers={name: headers[name] for name in KEPT_HEADERS if name in headers},
             received_at=moment,
         )
         .on_conflict_do_nothing(index_elements=["trigger_id", "dedupe_key"])

@@ -2,29 +2,35 @@
 
 A tick reads what it needs from the instance first (known partitions, busy pipelines), then takes
 the fires, which commits their rows as claimed, and only builds the result in memory after that
-commit (the one window left, a tick that dies in between, is in core/trigger_queue.py).
+commit. A tick that dies in between leaves fires marked with no run: the take of a later tick
+asks the instance which of its marks have runs, and offers the others again (core/fires.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core.fires import Fire, Taken
+from pipelines_dagster.core.fires import Fire, Runs, Taken
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, partition_key, pipeline_ids_of
 
 BUSY = [dg.DagsterRunStatus(name) for name in BUSY_STATUSES]
+# Dagster's tag for the run key a sensor requested a run under (dagster._core.storage.tags.RUN_KEY_TAG).
+RUN_KEY_TAG = "dagster/run_key"
 
-Take = Callable[[sessionmaker[Session]], Taken[Any]]
+Take = Callable[[sessionmaker[Session], Runs], Taken[Any]]
 """Claims a tick's rows in the app database and returns the fires they owe (core/)."""
 Requests = Callable[[Sequence[Any]], Iterable[dg.RunRequest]]
 """Turns a tick's fires into run requests."""
+Seen = Callable[[dg.DagsterInstance, Sequence[Any]], set[str]]
+"""The run keys, among these fires', that have a run in the instance."""
 
 
 def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
@@ -33,6 +39,27 @@ def busy_pipelines(instance: dg.DagsterInstance) -> set[int]:
     for run in instance.get_runs(dg.RunsFilter(statuses=BUSY)):
         busy.update(pipeline_ids_of(run.tags))
     return busy
+
+
+def runs_requested(instance: dg.DagsterInstance, fires: Sequence[Fire]) -> set[str]:
+    """The run keys, among these fires', that a run was created for: one query, the tag's values in a list."""
+    keys = sorted({fire.run_key for fire in fires})
+    if not keys:
+        return set()
+    runs = instance.get_runs(dg.RunsFilter(tags={RUN_KEY_TAG: keys}))
+    return {run.tags[RUN_KEY_TAG] for run in runs}
+
+
+@dataclass(frozen=True)
+class InstanceRuns:
+    """The instance's runs as a take asks about them (core/fires.Runs)."""
+
+    instance: dg.DagsterInstance
+    busy: frozenset[int]
+    find: Seen
+
+    def seen(self, fires: Sequence[Any]) -> set[str]:
+        return self.find(self.instance, fires) if fires else set()
 
 
 def known_partitions(context: dg.SensorEvaluationContext) -> set[str]:
@@ -80,14 +107,16 @@ def trigger_sensor(
     skipped_because: str,
     skip_busy: bool = False,
     requests: Requests = a_run_each,
+    seen: Seen = runs_requested,
     jobs: Sequence[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = (pipeline_run,),
 ) -> dg.SensorDefinition:
     """A sensor that turns the fires `take` claims into run requests.
 
     `rows` names what a row is in the log ("deliveries"), `skipped_because` why a row fires
-    nothing. With `skip_busy`, a fire of a pipeline that has a run queued or in progress, or that
-    an earlier fire of the same tick took, is dropped (schedules do not catch up); otherwise every
-    fire gets its run, and the run queue runs a pipeline's runs one at a time.
+    nothing. With `skip_busy`, the take is told the pipelines that have a run queued or in
+    progress and drops their fires, and any fire of a pipeline an earlier fire of the tick took
+    (schedules do not catch up); otherwise every fire gets its run, and the run queue runs a
+    pipeline's runs one at a time. `seen` tells the take which of its earlier marks have runs.
     """
 
     @dg.sensor(
@@ -99,8 +128,13 @@ def trigger_sensor(
     )
     def evaluate(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
         known = known_partitions(context)
-        busy = busy_pipelines(context.instance) if skip_busy else set()
-        taken = take(app_db.sessions)
+        busy = frozenset(busy_pipelines(context.instance)) if skip_busy else frozenset()
+        taken = take(app_db.sessions, InstanceRuns(context.instance, busy, seen))
+        if taken.again:
+            context.log.warning(
+                f"offering again {len(taken.again)} fires marked taken by an earlier tick that has no run "
+                f"(that tick died before returning them): {taken.again[:10]}"
+            )
         if taken.skipped:
             context.log.info(f"skipped {taken.skipped} of {taken.rows} {rows}: {skipped_because}")
         if taken.disabled_pipelines:
@@ -109,16 +143,8 @@ def trigger_sensor(
                 f"pipelines {sorted(taken.disabled_pipelines)[:20]} are disabled: their triggers fired and started "
                 "no run; enable a pipeline to have its triggers run it"
             )
-        fires, dropped = [], []
-        for fire in taken.fires:
-            if fire.pipeline_id in busy:
-                dropped.append(fire.run_key)
-                continue
-            if skip_busy:
-                busy.add(fire.pipeline_id)
-            fires.append(fire)
-        if dropped:
-            context.log.info(f"skipped {len(dropped)} fires of busy pipelines: {dropped[:10]}")
-        return trigger_result(context, requests(fires), known=known)
+        if taken.busy:
+            context.log.info(f"skipped {len(taken.busy)} fires of busy pipelines: {taken.busy[:10]}")
+        return trigger_result(context, requests(taken.fires), known=known)
 
     return evaluate

@@ -4,15 +4,17 @@ Fires due together run as `pipeline_batch` runs of at most `run_batch_size` pipe
 due alone runs as its own `pipeline_run`.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
+from typing import Any, cast
 
 import dagster as dg
 
-from pipelines_dagster.batch import batch_run_request, pipeline_batch, split_evenly
+from pipelines_dagster.batch import OP_NAME, batch_run_request, pipeline_batch, split_evenly
 from pipelines_dagster.core.scheduler import Fire, take_due
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.sensors.common import pipeline_run_request, trigger_sensor
+from pipelines_dagster.runs import MEMBER, member_pipeline_tag
+from pipelines_dagster.sensors.common import pipeline_run_request, runs_requested, trigger_sensor
 from pipelines_dagster.settings import Settings
 
 
@@ -21,6 +23,37 @@ def batched(fires: Sequence[Fire], *, run_batch_size: int) -> list[dg.RunRequest
         batch_run_request(chunk) if len(chunk) > 1 else pipeline_run_request(chunk[0])
         for chunk in split_evenly(fires, run_batch_size)
     ]
+
+
+def batch_fires(run: dg.DagsterRun) -> set[tuple[int, str]]:
+    """The (pipeline, scheduled_for) of each fire a `pipeline_batch` run's config lists."""
+    ops = cast("Mapping[str, Any]", run.run_config.get("ops") or {})
+    members = ops.get(OP_NAME, {}).get("config", {}).get("pipelines", [])
+    return {(member["pipeline_id"], member["scheduled_for"]) for member in members if member.get("scheduled_for")}
+
+
+def scheduled_runs(instance: dg.DagsterInstance, fires: Sequence[Fire]) -> set[str]:
+    """The run keys, among these fires', that have a run: a `pipeline_run` under the fire's key, or a
+    `pipeline_batch` run (keyed by all its fires) that lists the fire; one batch run found answers
+    for all its members."""
+    found = runs_requested(instance, fires)
+    batched: set[tuple[int, str]] = set()
+    for fire in fires:
+        member = (fire.pipeline_id, fire.scheduled_for.isoformat())
+        if fire.run_key in found:
+            continue
+        if member not in batched:
+            for run in instance.get_runs(
+                dg.RunsFilter(
+                    job_name=pipeline_batch.name,
+                    tags={member_pipeline_tag(fire.pipeline_id): MEMBER},
+                    created_after=fire.scheduled_for,
+                )
+            ):
+                batched |= batch_fires(run)
+        if member in batched:
+            found.add(fire.run_key)
+    return found
 
 
 def build_schedule_sensor(settings: Settings) -> dg.SensorDefinition:
@@ -34,5 +67,6 @@ def build_schedule_sensor(settings: Settings) -> dg.SensorDefinition:
         # The trigger has been advanced either way: a skipped fire is not caught up later.
         skip_busy=True,
         requests=partial(batched, run_batch_size=settings.run_batch_size),
+        seen=scheduled_runs,
         jobs=(pipeline_run, pipeline_batch),
     )

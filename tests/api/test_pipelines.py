@@ -139,7 +139,8 @@ def test_urls_only_go_with_a_web_connector(client, sessions, tenant):
 
 def trigger_of(sessions, pipeline_id: int) -> PipelineTrigger | None:
     with sessions() as session:
-        return session.scalar(sa.select(PipelineTrigger).where(PipelineTrigger.pipeline_id == pipeline_id))
+        schedule = PipelineTrigger.pipeline_id == pipeline_id, PipelineTrigger.kind == "schedule"
+        return session.scalar(sa.select(PipelineTrigger).where(*schedule))
 
 
 def test_put_changes_only_the_fields_given(client, sessions, tenant):

@@ -77,6 +77,55 @@ def test_a_disabled_pipeline_is_refused_with_the_reason_and_no_run(live, dagster
     assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == []
 
 
+def manual_trigger_id(client, tenant: Tenant, pipeline_id: int) -> int:
+    triggers = client.get(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers).json()["triggers"]
+    [manual] = [trigger["id"] for trigger in triggers if trigger["kind"] == "manual"]
+    return manual
+
+
+def test_a_pipeline_whose_manual_trigger_is_off_is_refused_with_how_to_switch_it_on(live, dagster_webserver):
+    client, tenant = live
+    pipeline_id = make_pipeline(client, tenant)
+    trigger_id = manual_trigger_id(client, tenant, pipeline_id)
+    triggers = f"{tenant.pipelines}/{pipeline_id}/triggers"
+    assert client.post(f"{triggers}/{trigger_id}/disable", headers=tenant.headers).status_code == 200
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 409
+    assert response.json() == {
+        "detail": f"pipeline {pipeline_id} has no enabled manual trigger (trigger {trigger_id} is off), so it cannot "
+        f"be run by hand; enable it with `pipelines-dagster trigger enable --workspace {tenant.workspace_id} "
+        f"--pipeline {pipeline_id} --trigger {trigger_id}` (API: POST .../triggers/{trigger_id}/enable)"
+    }
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == []
+    assert client.post(f"{triggers}/{trigger_id}/enable", headers=tenant.headers).status_code == 200
+    launched = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert launched.status_code == 202, launched.text
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == [launched.json()["run_id"]]
+
+
+def test_a_pipeline_without_a_manual_trigger_is_refused_until_it_gets_one_back(live, dagster_webserver):
+    client, tenant = live
+    pipeline_id = make_pipeline(client, tenant)
+    triggers = f"{tenant.pipelines}/{pipeline_id}/triggers"
+    deleted = client.delete(f"{triggers}/{manual_trigger_id(client, tenant, pipeline_id)}", headers=tenant.headers)
+    assert deleted.status_code == 204
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 409
+    assert response.json()["detail"] == (
+        f"pipeline {pipeline_id} has no manual trigger, so it cannot be run by hand; add one with "
+        f"`pipelines-dagster trigger create --workspace {tenant.workspace_id} --pipeline {pipeline_id} --kind manual` "
+        '(API: POST .../triggers {"kind": "manual"})'
+    )
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == []
+    added = client.post(triggers, headers=tenant.headers, json={"kind": "manual"})
+    assert added.status_code == 201 and (added.json()["kind"], added.json()["enabled"]) == ("manual", True)
+    again = client.post(triggers, headers=tenant.headers, json={"kind": "manual"})
+    assert again.status_code == 422 and "already has a manual trigger" in again.text
+    launched = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert launched.status_code == 202, launched.text
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == [launched.json()["run_id"]]
+
+
 def test_a_pipeline_over_a_connector_without_executor_is_refused(live, dagster_webserver):
     client, tenant = live
     with transaction(dagster_webserver.sessions) as session:
@@ -154,17 +203,39 @@ def test_cli_pipeline_run_prints_the_run_id(cli_env, live, dagster_webserver):
     )
 
 
-def test_cli_pipeline_run_refusals_are_one_line(cli_env, live, monkeypatch):
+def test_cli_pipeline_run_refusals_are_one_line_and_say_what_to_do(cli_env, live, monkeypatch, dagster_webserver):
     client, tenant = live
     disabled = make_pipeline(client, tenant, enabled=False)
     enabled = make_pipeline(client, tenant, name="on")
+    manual_off = make_pipeline(client, tenant, name="manual off")
+    switched = manual_trigger_id(client, tenant, manual_off)
+    workspace = str(tenant.workspace_id)
+    switch_off = ["trigger", "disable", "--workspace", workspace, "--pipeline", str(manual_off), "--trigger"]
+    off = cli_env.invoke(main, [*switch_off, str(switched)])
+    assert off.exit_code == 0, off.output
     cases = [
-        ([str(tenant.workspace_id), str(disabled)], "is disabled"),
+        ([workspace, str(disabled)], "is disabled"),
         ([str(tenant.workspace_id + 1), str(enabled)], f"is not in workspace {tenant.workspace_id + 1}"),
+        (
+            [workspace, str(manual_off)],
+            f"has no enabled manual trigger (trigger {switched} is off), so it cannot be run by hand; enable it with "
+            f"`pipelines-dagster trigger enable --workspace {workspace} --pipeline {manual_off} --trigger {switched}`",
+        ),
     ]
     for (workspace, pipeline), message in cases:
         result = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, pipeline])
         assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
+    assert run_ids(dagster_webserver.instance, tenant, manual_off) == []
+    # One whose manual trigger is gone gets it back from `trigger create`, and then runs.
+    client.delete(f"{tenant.pipelines}/{manual_off}/triggers/{switched}", headers=tenant.headers)
+    missing = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, str(manual_off)])
+    assert missing.exit_code == 1 and f"--pipeline {manual_off} --kind manual`" in missing.output, missing.output
+    created = cli_env.invoke(
+        main, ["trigger", "create", "--workspace", workspace, "--pipeline", str(manual_off), "--kind", "manual"]
+    )
+    assert created.exit_code == 0 and created.output.startswith("manual trigger "), created.output
+    ran = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, str(manual_off)], catch_exceptions=False)
+    assert ran.exit_code == 0 and run_ids(dagster_webserver.instance, tenant, manual_off) == [ran.output.strip()]
     monkeypatch.setenv(DAGSTER_URL_ENV, f"http://127.0.0.1:{free_port()}")
     result = cli_env.invoke(main, ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(enabled)])
     assert result.exit_code == 1 and "cannot reach the Dagster webserver" in result.output

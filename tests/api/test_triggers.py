@@ -10,8 +10,14 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
+from pipelines_dagster.core.blob import LocalBlobStore
+from pipelines_dagster.core.retention import apply_retention
 from pipelines_dagster.core.triggers import sign
+from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.sensors.webhooks import build_webhook_sensor
+from pipelines_dagster.settings import Settings
 from tests.api.conftest import Tenant
+from tests.sensors.test_trigger_sensors import evaluate, requests_for
 from tests.support.webhooks import standard_headers
 
 
@@ -44,7 +50,7 @@ def test_a_webhook_trigger_shows_its_secret_once(client, tenant):
     assert hook["kind"] == "webhook" and hook["signing"] == "standard" and hook["secret"].startswith("whsec_")
     assert hook["secret"] not in hook["webhook_path"]
     listed = client.get(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers).json()
-    assert [t["id"] for t in listed["triggers"]] == [hook["id"]]
+    assert [(t["kind"], t["id"]) for t in listed["triggers"]][1:] == [("webhook", hook["id"])]
     assert hook["secret"] not in json.dumps(listed)
     again = client.post(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers, json={"kind": "webhook"})
     assert again.status_code == 422 and "already has a webhook trigger" in again.text
@@ -62,7 +68,7 @@ def test_an_unknown_event_type_is_refused_when_the_trigger_is_created(client, te
     assert made.status_code == 201 and made.json()["event_type"] == "folder.changed"
     gone = client.delete(f"{path}/{made.json()['id']}", headers=tenant.headers)
     assert gone.status_code == 204
-    assert client.get(path, headers=tenant.headers).json()["triggers"] == []
+    assert [t["kind"] for t in client.get(path, headers=tenant.headers).json()["triggers"]] == ["manual"]
 
 
 def test_another_workspace_cannot_see_or_add_triggers(client, tenant, other):
@@ -113,7 +119,7 @@ def test_bad_signing_input_is_refused_with_the_field_and_nothing_is_written(clie
     ):
         refused = client.post(path, headers=tenant.headers, json=body)
         assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "signing", refused.text
-    assert client.get(path, headers=tenant.headers).json()["triggers"] == []
+    assert [t["kind"] for t in client.get(path, headers=tenant.headers).json()["triggers"]] == ["manual"]
 
 
 def test_secret_rotation_over_http(client, tenant):
@@ -133,7 +139,8 @@ def test_secret_rotation_over_http(client, tenant):
         headers = standard_headers(secret, body, webhook_id=f"rot-{n}", at=datetime.now(UTC))
         assert client.post(hook["webhook_path"], content=body, headers=headers).status_code == 202
     listed = client.get(f"{tenant.pipelines}/{pipeline_id}/triggers", headers=tenant.headers).json()["triggers"]
-    assert listed[0]["previous_secret_expires_at"] == new["previous_secret_expires_at"]
+    [listed_hook] = [trigger for trigger in listed if trigger["id"] == hook["id"]]
+    assert listed_hook["previous_secret_expires_at"] == new["previous_secret_expires_at"]
     assert new["secret"] not in json.dumps(listed)
     github = new_webhook(client, tenant, make_pipeline(client, tenant, name="gh"), signing="github")
     refused = client.post(
@@ -196,6 +203,33 @@ def test_github_webhook_deliveries_over_http(client, tenant, sessions):
         ).status_code
         == 401
     )
+
+
+def test_a_captured_github_request_is_a_replay_after_retention_pruned_its_delivery(
+    client, tenant, sessions, app_engine, instance, tmp_path
+):
+    pipeline_id = make_pipeline(client, tenant)
+    hook = new_webhook(client, tenant, pipeline_id, signing="github")
+    body = b'{"ref": "main", "after": "e3b0"}'
+    captured = {"X-Hub-Signature-256": sign(body, hook["secret"]), "X-GitHub-Delivery": "gh-1"}
+    first = client.post(hook["webhook_path"], content=body, headers=captured)
+    assert first.status_code == 202 and first.json()["duplicate"] is False
+    app_db = AppDatabaseResource(url=app_engine.url.render_as_string(hide_password=False))
+    sensor = build_webhook_sensor(Settings())
+    [run] = requests_for(evaluate(sensor, instance, app_db), pipeline_id)
+    assert run.run_key == f"webhook:{first.json()['delivery_id']}"
+
+    # The daily maintenance with its clock 31 days on: the delivery, body and all, is pruned.
+    apply_retention(LocalBlobStore(tmp_path / "blobs"), sessions, now=datetime.now(UTC) + timedelta(days=31), days=30)
+    of_trigger = sa.select(sa.func.count()).select_from(WebhookDelivery).where(WebhookDelivery.trigger_id == hook["id"])
+    with sessions() as session:
+        assert session.scalar(of_trigger) == 0
+
+    again = client.post(hook["webhook_path"], content=body, headers={**captured, "X-GitHub-Delivery": "gh-2"})
+    assert again.status_code == 200 and again.json() == {**first.json(), "duplicate": True}
+    with sessions() as session:
+        assert session.scalar(of_trigger) == 0
+    assert requests_for(evaluate(sensor, instance, app_db), pipeline_id) == []
 
 
 def test_the_access_log_never_prints_a_webhook_token(client, caplog):

@@ -4,14 +4,12 @@ found again under (workspace, pipeline, URL), and a downgrade gives the old iden
 from __future__ import annotations
 
 import hashlib
-import uuid
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from pipelines_dagster.app_db.engine import create_engine, session_factory
+from pipelines_dagster.app_db.engine import session_factory
 from pipelines_dagster.app_db.migrate import alembic_config, current_revision, upgrade
 from pipelines_dagster.core.kb_index import Destination, document_identity, index_crawl
 from tests.core.test_kb_index import page
@@ -23,31 +21,11 @@ def old_identity(url: str, workspace_id: int) -> str:
     return hashlib.sha256(f"CRAWLED_URL:{url}:{workspace_id}".encode()).hexdigest()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def at_0006(request, tmp_path) -> Iterator[sa.Engine]:
+@pytest.fixture
+def at_0006(empty_database: sa.Engine) -> sa.Engine:
     """A new app database of the backend, migrated to 0006 only."""
-    if request.param == "sqlite":
-        engine = create_engine(f"sqlite:///{tmp_path / 'old.sqlite3'}")
-        upgrade(engine, "0006")
-        yield engine
-        engine.dispose()
-        return
-    postgres_url = request.getfixturevalue("postgres_url")
-    admin = sa.create_engine(
-        sa.make_url(postgres_url).set(drivername="postgresql+psycopg2"), isolation_level="AUTOCOMMIT"
-    )
-    name = f"pd_0006_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    engine = create_engine(sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False))
-    try:
-        upgrade(engine, "0006")
-        yield engine
-    finally:
-        engine.dispose()
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.dispose()
+    upgrade(empty_database, "0006")
+    return empty_database
 
 
 def insert(conn: sa.Connection, table: str, **values: object) -> int:
@@ -55,6 +33,22 @@ def insert(conn: sa.Connection, table: str, **values: object) -> int:
     columns = ", ".join(values)
     marks = ", ".join(f":{name}" for name in values)
     return conn.execute(sa.text(f"INSERT INTO {table} ({columns}) VALUES ({marks}) RETURNING id"), values).scalar_one()
+
+
+def old_pipeline(conn: sa.Connection, workspace: int, name: str) -> int:
+    """A pipeline row as the early revisions have the table."""
+    return insert(
+        conn,
+        "pipelines",
+        workspace_id=workspace,
+        name=name,
+        save_to_kb=True,
+        config="{}",
+        enabled=True,
+        system_managed=False,
+        created_at="2026-11-01",
+        updated_at="2026-11-01",
+    )
 
 
 def old_document(workspace_id: int, pipeline_id: int | None, url: str | None, **values: object) -> dict[str, object]:
@@ -80,21 +74,7 @@ def identities(engine: sa.Engine) -> dict[int, str]:
 def test_upgrade_rewrites_old_identities_and_indexing_finds_the_documents_again(at_0006: sa.Engine):
     with at_0006.begin() as conn:
         workspace = insert(conn, "workspaces", name="acme", owner_user_id="u", created_at="2026-11-01")
-        pipelines = [
-            insert(
-                conn,
-                "pipelines",
-                workspace_id=workspace,
-                name=name,
-                save_to_kb=True,
-                config="{}",
-                enabled=True,
-                system_managed=False,
-                created_at="2026-11-01",
-                updated_at="2026-11-01",
-            )
-            for name in ("a", "b")
-        ]
+        pipelines = [old_pipeline(conn, workspace, name) for name in ("a", "b")]
         # More than a batch of the migration's (1,000), alternating between the two pipelines.
         urls = [URL, *(f"https://example.com/{n}" for n in range(2100))]
         crawled = {
@@ -109,7 +89,7 @@ def test_upgrade_rewrites_old_identities_and_indexing_finds_the_documents_again(
         )
     before = identities(at_0006)
 
-    upgrade(at_0006)
+    upgrade(at_0006, "0007")
     assert current_revision(at_0006) == "0007"
     after = identities(at_0006)
     for n, (url, document_id) in enumerate(crawled.items()):

@@ -30,6 +30,7 @@ from pipelines_dagster.app_db.models import (
     Pipeline,
     PipelineTrigger,
     TokenUsage,
+    WebhookBodyDigest,
     WebhookDelivery,
     Workspace,
     utcnow,
@@ -166,6 +167,15 @@ def test_webhook_delivery_dedupe_key_is_unique_per_trigger(sessions, pipeline):
     )
 
 
+def test_a_webhook_body_digest_is_unique_per_trigger(sessions, pipeline):
+    with transaction(sessions) as session:
+        trigger = PipelineTrigger(workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind="webhook")
+        session.add(trigger)
+        session.flush()
+        trigger_id = trigger.id
+    insert_twice(sessions, lambda: WebhookBodyDigest(trigger_id=trigger_id, dedupe_key="sha256:ab", delivery_id=1))
+
+
 def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
     ws = pipeline.workspace_id
     with transaction(sessions) as session:
@@ -204,6 +214,7 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
         session.add_all(
             [
                 WebhookDelivery(workspace_id=ws, trigger_id=trigger.id, dedupe_key="d", payload=b"{}"),
+                WebhookBodyDigest(trigger_id=trigger.id, dedupe_key="d", delivery_id=1),
                 DomainEvent(workspace_id=ws, event_type="refresh.requested"),
                 Document(
                     workspace_id=ws,
@@ -258,8 +269,17 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
         assert session.get(CreditLedgerEntry, entry.id) is None
         assert session.get(CreditHold, hold.id) is None
         assert session.scalar(sa.select(sa.func.count()).select_from(NotificationAttempt)) == 0
+        digests = sa.select(sa.func.count()).select_from(WebhookBodyDigest)
+        assert session.scalar(digests.where(WebhookBodyDigest.trigger_id == trigger.id)) == 0
     # Every table but the lock leases (not workspace data) is covered above.
-    covered = {"credit_ledger", "credit_holds", "notification_attempts", "workspaces", "lock_leases"}
+    covered = {
+        "credit_ledger",
+        "credit_holds",
+        "notification_attempts",
+        "webhook_body_digests",
+        "workspaces",
+        "lock_leases",
+    }
     assert {m.__tablename__ for m in owned} | covered == set(Base.metadata.tables)
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.retry import RetryPolicy, validate_retry_policy
@@ -36,7 +37,11 @@ def own_schedule(sessions, connector_id: int) -> tuple[PipelineTrigger, Connecto
         trigger = session.scalars(
             sa.select(PipelineTrigger)
             .join(Pipeline)
-            .where(Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True))
+            .where(
+                Pipeline.connector_id == connector_id,
+                Pipeline.system_managed.is_(True),
+                PipelineTrigger.kind == "schedule",
+            )
         ).one()
         return trigger, session.get(Connector, connector_id)
 
@@ -106,13 +111,62 @@ def test_a_schedule_switched_off_for_another_reason_is_not_revived(sessions):
         trigger = session.scalars(
             sa.select(PipelineTrigger)
             .join(Pipeline)
-            .where(Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(True))
+            .where(
+                Pipeline.connector_id == connector_id,
+                Pipeline.system_managed.is_(True),
+                PipelineTrigger.kind == "schedule",
+            )
         ).one()
         trigger.enabled, trigger.disabled_reason = False, "turned off by the operator"
     pipeline_id = user_pipeline(sessions, workspace_id, connector_id, "mine")
     set_enabled(sessions, workspace_id, pipeline_id, False)
     trigger, _ = own_schedule(sessions, connector_id)
     assert not trigger.enabled and trigger.disabled_reason == "turned off by the operator"
+
+
+def assert_one_scheduler(sessions, connector_id: int) -> None:
+    """The de-dup guard's invariant: the connector's own schedule is on exactly while no enabled user
+    pipeline wraps the connector, and the connector says the same."""
+    trigger, connector = own_schedule(sessions, connector_id)
+    with sessions() as session:
+        owners = session.scalar(
+            sa.select(sa.func.count())
+            .select_from(Pipeline)
+            .where(Pipeline.connector_id == connector_id, Pipeline.system_managed.is_(False), Pipeline.enabled)
+        )
+    assert (trigger.enabled, trigger.next_fire_at is not None) == (owners == 0, owners == 0), owners
+    assert (connector.periodic_indexing_enabled, connector.next_scheduled_at is not None) == (owners == 0, owners == 0)
+
+
+def switch_at_once(sessions, workspace_id: int, states: dict[int, bool]) -> None:
+    """Enable or disable each pipeline as `states` says, all at once: a thread and a transaction each."""
+    barrier = threading.Barrier(len(states))
+    errors: list[Exception] = []
+
+    def switch(pipeline_id: int, enabled: bool) -> None:
+        barrier.wait()
+        try:
+            set_enabled(sessions, workspace_id, pipeline_id, enabled)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=switch, args=pair) for pair in states.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_concurrent_enables_and_disables_over_one_connector_leave_exactly_one_scheduler(app_engine):
+    sessions = session_factory(app_engine)
+    workspace_id, connector_id = connector_with_own_indexing(sessions)
+    pipeline_ids = [user_pipeline(sessions, workspace_id, connector_id, f"p{n}") for n in range(8)]
+    half = len(pipeline_ids) // 2
+    rounds = [[False] * 8, [True] * 8, [False] * 8, [True] * half + [False] * half, [False] * half + [True] * half]
+    for states in rounds * 2:
+        switch_at_once(sessions, workspace_id, dict(zip(pipeline_ids, states, strict=True)))
+        assert_one_scheduler(sessions, connector_id)
 
 
 def test_a_connector_without_periodic_indexing_is_untouched(sessions):

@@ -11,6 +11,7 @@ from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, Workspace
 from pipelines_dagster.core.fires import Budget
 from pipelines_dagster.core.scheduler import claim_due, due_query, take_due
+from tests.support.runs import every_run
 
 NOW = datetime(2026, 12, 1, 9, 0, 30, tzinfo=UTC)
 
@@ -56,32 +57,56 @@ def trigger_row(sessions, trigger_id: int) -> PipelineTrigger:
 
 def test_a_due_trigger_fires_once_and_advances_past_now(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, next_fire_at=NOW - timedelta(hours=3))
-    fires = list(take_due(sessions, now=NOW).fires)
+    fires = list(take_due(sessions, every_run(), now=NOW).fires)
     assert [f.trigger_id for f in fires] == [trigger_id]
     # Three hours late: one fire, no catch-up of the 35 missed ones.
     assert fires[0].scheduled_for == NOW - timedelta(hours=3)
     assert fires[0].run_key == f"schedule:{trigger_id}:{(NOW - timedelta(hours=3)).isoformat()}"
     row = trigger_row(sessions, trigger_id)
     assert row.next_fire_at == datetime(2026, 12, 1, 9, 5, tzinfo=UTC) and row.last_fired_at == NOW
-    assert [f for f in take_due(sessions, now=NOW).fires if f.trigger_id == trigger_id] == []
+    assert [f for f in take_due(sessions, every_run(), now=NOW).fires if f.trigger_id == trigger_id] == []
 
 
 def test_cron_advances_in_the_triggers_timezone(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, cron="0 6 * * *", timezone="America/New_York")
-    list(take_due(sessions, now=NOW).fires)
+    list(take_due(sessions, every_run(), now=NOW).fires)
     # 06:00 in New York in December is 11:00 UTC.
     assert trigger_row(sessions, trigger_id).next_fire_at == datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
 
 
-def test_interval_triggers_fire_every_n_minutes(sessions):
+def test_interval_triggers_fire_every_n_minutes_from_their_due_time(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, cron=None, timezone=None, interval_minutes=15)
-    assert [f.trigger_id for f in take_due(sessions, now=NOW).fires] == [trigger_id]
-    assert trigger_row(sessions, trigger_id).next_fire_at == NOW + timedelta(minutes=15)
+    assert [f.trigger_id for f in take_due(sessions, every_run(), now=NOW).fires] == [trigger_id]
+    # Due a minute before the tick: the next fire is due + 15 min, not tick + 15 min (no drift).
+    assert trigger_row(sessions, trigger_id).next_fire_at == NOW - timedelta(minutes=1) + timedelta(minutes=15)
+
+
+def test_a_late_interval_tick_fires_once_and_keeps_the_phase(sessions):
+    due = NOW - timedelta(minutes=50)
+    [trigger_id] = pipelines_with_triggers(sessions, 1, cron=None, timezone=None, interval_minutes=15, next_fire_at=due)
+    fires = [f for f in take_due(sessions, every_run(), now=NOW).fires if f.trigger_id == trigger_id]
+    assert [f.scheduled_for for f in fires] == [due]
+    # due + 15, + 30 and + 45 were missed and are skipped; due + 60 is the next on the phase.
+    assert trigger_row(sessions, trigger_id).next_fire_at == due + timedelta(minutes=60)
+
+
+def test_a_cron_in_the_repeated_hour_fires_once_on_the_fall_back_night(sessions):
+    start = datetime(2026, 10, 24, 22, tzinfo=UTC)
+    [trigger_id] = pipelines_with_triggers(
+        sessions, 1, cron="30 2 * * *", timezone="Europe/Stockholm", next_fire_at=None
+    )
+    fired = []
+    for minutes in range(0, 6 * 60, 5):  # a tick every five minutes through the night
+        taken = take_due(sessions, every_run(), now=start + timedelta(minutes=minutes))
+        fired += [f.scheduled_for for f in taken.fires if f.trigger_id == trigger_id]
+    # 02:30 CEST (00:30 UTC) fired; 02:30 CET (01:30 UTC) is the same wall time again and did not.
+    assert fired == [datetime(2026, 10, 25, 0, 30, tzinfo=UTC)]
+    assert trigger_row(sessions, trigger_id).next_fire_at == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)
 
 
 def test_a_missing_next_fire_time_is_healed_without_firing(sessions):
     [trigger_id] = pipelines_with_triggers(sessions, 1, next_fire_at=None)
-    assert [f for f in take_due(sessions, now=NOW).fires if f.trigger_id == trigger_id] == []
+    assert [f for f in take_due(sessions, every_run(), now=NOW).fires if f.trigger_id == trigger_id] == []
     assert trigger_row(sessions, trigger_id).next_fire_at == datetime(2026, 12, 1, 9, 5, tzinfo=UTC)
 
 
@@ -89,7 +114,7 @@ def test_an_invalid_schedule_disables_the_trigger_with_the_reason(sessions):
     [bad_cron] = pipelines_with_triggers(sessions, 1, cron="61 * * * *")
     [bad_zone] = pipelines_with_triggers(sessions, 1, timezone="Mars/Olympus")
     [healed_bad] = pipelines_with_triggers(sessions, 1, cron="not a cron", next_fire_at=None)
-    fired = {f.trigger_id for f in take_due(sessions, now=NOW).fires}
+    fired = {f.trigger_id for f in take_due(sessions, every_run(), now=NOW).fires}
     assert fired.isdisjoint({bad_cron, bad_zone, healed_bad})
     for trigger_id, reason in [
         (bad_cron, "invalid cron"),
@@ -102,10 +127,10 @@ def test_an_invalid_schedule_disables_the_trigger_with_the_reason(sessions):
 
 
 def test_a_disabled_pipelines_trigger_is_advanced_and_counted_skipped_without_a_fire(sessions):
-    take_due(sessions, now=NOW)  # what other tests left due on a shared database
+    take_due(sessions, every_run(), now=NOW)  # what other tests left due on a shared database
     [trigger_id] = pipelines_with_triggers(sessions, 1, enabled=False)
     [enabled] = pipelines_with_triggers(sessions, 1)
-    taken = take_due(sessions, now=NOW)
+    taken = take_due(sessions, every_run(), now=NOW)
     assert [f.trigger_id for f in taken.fires] == [enabled]
     assert (taken.rows, taken.skipped) == (2, 1)
     assert trigger_row(sessions, trigger_id).next_fire_at > NOW
@@ -114,7 +139,7 @@ def test_a_disabled_pipelines_trigger_is_advanced_and_counted_skipped_without_a_
 def test_a_pipeline_without_a_connector_is_never_claimed(sessions):
     [uploads] = pipelines_with_triggers(sessions, 1, uploads=True)
     [crawls] = pipelines_with_triggers(sessions, 1)
-    fired = {fire.trigger_id for fire in take_due(sessions, now=NOW).fires}
+    fired = {fire.trigger_id for fire in take_due(sessions, every_run(), now=NOW).fires}
     assert crawls in fired and uploads not in fired
     # Left as it was: not advanced, not fired, not disabled.
     row = trigger_row(sessions, uploads)
@@ -123,7 +148,9 @@ def test_a_pipeline_without_a_connector_is_never_claimed(sessions):
 
 def test_claims_loop_over_batches_until_nothing_is_due(sessions):
     ids = pipelines_with_triggers(sessions, 7)
-    fired = [f.trigger_id for f in take_due(sessions, now=NOW, budget=Budget(batch_size=3, max_rows=None)).fires]
+    fired = [
+        f.trigger_id for f in take_due(sessions, every_run(), now=NOW, budget=Budget(batch_size=3, max_rows=None)).fires
+    ]
     assert sorted(fired) == sorted(ids)
 
 

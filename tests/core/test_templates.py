@@ -271,7 +271,8 @@ def test_a_connectors_own_schedule_is_not_switched_by_hand(sessions):
             index_every_minutes=60,
         )
         system = session.scalar(sa.select(Pipeline).where(Pipeline.connector_id == connector.id))
-        [trigger] = pipeline_triggers(session, workspace_id=workspace_id, pipeline_id=system.id)
+        triggers = pipeline_triggers(session, workspace_id=workspace_id, pipeline_id=system.id)
+        [trigger] = [t for t in triggers if t.kind == "schedule"]
         ids = (system.id, trigger.id)
     with pytest.raises(SystemManagedError), transaction(sessions) as session:
         set_trigger_enabled(session, workspace_id=workspace_id, pipeline_id=ids[0], trigger_id=ids[1], enabled=False)

@@ -15,6 +15,7 @@ from pipelines_dagster.core import catalog
 from pipelines_dagster.core.fires import Budget
 from pipelines_dagster.core.trigger_queue import concerns, take_deliveries, take_events
 from pipelines_dagster.core.triggers import create_event_trigger, emit_event
+from tests.support.runs import every_run
 from tests.support.webhooks import create_webhook, deliver
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -52,12 +53,12 @@ def requested_at(sessions, model, ids: list[int]) -> set[datetime | None]:
 
 def test_pending_deliveries_are_taken_once_in_id_order_and_marked(sessions):
     pipeline_id, ids = deliveries(sessions, 3)
-    taken = take_deliveries(sessions, now=NOW)
+    taken = take_deliveries(sessions, every_run(), now=NOW)
     mine = [fire for fire in taken.fires if fire.pipeline_id == pipeline_id]
     assert [fire.delivery_id for fire in mine] == ids
     assert [fire.run_key for fire in mine] == [f"webhook:{delivery_id}" for delivery_id in ids]
     assert requested_at(sessions, WebhookDelivery, ids) == {NOW}
-    assert not [fire for fire in take_deliveries(sessions).fires if fire.pipeline_id == pipeline_id]
+    assert not [fire for fire in take_deliveries(sessions, every_run()).fires if fire.pipeline_id == pipeline_id]
 
 
 def test_a_delivery_of_a_disabled_trigger_or_pipeline_is_taken_and_fires_nothing(sessions):
@@ -68,25 +69,25 @@ def test_a_delivery_of_a_disabled_trigger_or_pipeline_is_taken_and_fires_nothing
             sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id == off_trigger).values(enabled=False)
         )
         session.get(Pipeline, off_pipeline).enabled = False
-    taken = take_deliveries(sessions, now=NOW)
+    taken = take_deliveries(sessions, every_run(), now=NOW)
     assert not [fire for fire in taken.fires if fire.pipeline_id in {off_trigger, off_pipeline}]
     assert taken.skipped >= 3 and taken.rows >= 3
     assert requested_at(sessions, WebhookDelivery, trigger_ids + pipeline_ids) == {NOW}
 
 
 def test_takes_loop_over_batches_until_the_row_budget_is_spent(sessions):
-    take_deliveries(sessions)  # what other tests left pending on a shared database
+    take_deliveries(sessions, every_run())  # what other tests left pending on a shared database
     _pipeline_id, ids = deliveries(sessions, 7)
-    first = take_deliveries(sessions, budget=Budget(batch_size=2, max_rows=5))
+    first = take_deliveries(sessions, every_run(), budget=Budget(batch_size=2, max_rows=5))
     assert first.rows == 5 and [fire.delivery_id for fire in first.fires] == ids[:5]
-    rest = take_deliveries(sessions, budget=Budget(batch_size=2))
+    rest = take_deliveries(sessions, every_run(), budget=Budget(batch_size=2))
     assert [fire.delivery_id for fire in rest.fires] == ids[5:]
-    assert take_deliveries(sessions).rows == 0
+    assert take_deliveries(sessions, every_run()).rows == 0
 
 
 def test_a_spent_time_budget_takes_nothing(sessions):
     _, ids = deliveries(sessions, 1)
-    assert take_deliveries(sessions, budget=Budget(seconds=0)).rows == 0
+    assert take_deliveries(sessions, every_run(), budget=Budget(seconds=0)).rows == 0
     assert requested_at(sessions, WebhookDelivery, ids) == {None}
 
 
@@ -110,7 +111,7 @@ def test_an_event_fires_each_enabled_subscriber_it_concerns(sessions):
         for_all = emit_event(session, workspace_id=workspace_id, event_type="connector.urls_changed").id
         unheard = emit_event(session, workspace_id=workspace_id, event_type="folder.changed").id
         ours = {named.id, unnamed.id, disabled.id, unsubscribed.id}
-    taken = take_events(sessions, now=NOW)
+    taken = take_events(sessions, every_run(), now=NOW)
     fired = {(fire.event_id, fire.pipeline_id, fire.run_key) for fire in taken.fires if fire.pipeline_id in ours}
     assert fired == {
         (for_named, named.id, f"event:{for_named}:{triggers[named.id]}"),
@@ -120,7 +121,7 @@ def test_an_event_fires_each_enabled_subscriber_it_concerns(sessions):
     assert {fire.event_type for fire in taken.fires if fire.pipeline_id in ours} == {"connector.urls_changed"}
     assert taken.skipped >= 1
     assert requested_at(sessions, DomainEvent, [for_named, for_all, unheard]) == {NOW}
-    assert not [fire for fire in take_events(sessions).fires if fire.pipeline_id in ours]
+    assert not [fire for fire in take_events(sessions, every_run()).fires if fire.pipeline_id in ours]
 
 
 @pytest.mark.parametrize(
@@ -151,9 +152,9 @@ def test_rows_locked_by_another_tick_are_skipped_not_waited_for(postgres_engine)
     try:
         with sessions() as holder, holder.begin():
             holder.execute(sa.select(WebhookDelivery.id).where(WebhookDelivery.id.in_(ids[:3])).with_for_update())
-            taken = take_deliveries(quick)
+            taken = take_deliveries(quick, every_run())
             assert [fire.delivery_id for fire in taken.fires if fire.pipeline_id == pipeline_id] == ids[3:]
-        assert [fire.delivery_id for fire in take_deliveries(quick).fires] == ids[:3]
+        assert [fire.delivery_id for fire in take_deliveries(quick, every_run()).fires] == ids[:3]
     finally:
         engine.dispose()
 
@@ -167,10 +168,10 @@ def test_a_row_committed_after_a_higher_id_was_taken_is_still_taken(postgres_eng
         with transaction(sessions) as session:
             higher = emit_event(session, workspace_id=workspace_id, event_type="folder.changed").id
         assert lower < higher
-        take_events(sessions)
+        take_events(sessions, every_run())
         assert requested_at(sessions, DomainEvent, [higher]) != {None}
     assert requested_at(sessions, DomainEvent, [lower]) == {None}
-    take_events(sessions)
+    take_events(sessions, every_run())
     assert requested_at(sessions, DomainEvent, [lower]) != {None}
 
 
@@ -182,7 +183,7 @@ def test_two_concurrent_takers_take_disjoint_rows(postgres_engine):
 
     def tick(slot: int) -> None:
         barrier.wait()
-        while (batch := take_deliveries(sessions, budget=Budget(batch_size=5, max_rows=5))).rows:
+        while (batch := take_deliveries(sessions, every_run(), budget=Budget(batch_size=5, max_rows=5))).rows:
             taken[slot] += [fire.delivery_id for fire in batch.fires if fire.pipeline_id == pipeline_id]
 
     threads = [threading.Thread(target=tick, args=(slot,)) for slot in (0, 1)]

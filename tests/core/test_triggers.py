@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import base64
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
-from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import PipelineTrigger, WebhookDelivery
+from pipelines_dagster.app_db.engine import session_factory, transaction
+from pipelines_dagster.app_db.models import PipelineTrigger, WebhookBodyDigest, WebhookDelivery
 from pipelines_dagster.core import catalog
+from pipelines_dagster.core.retention import cutoff, prune_webhook_deliveries
 from pipelines_dagster.core.signing import sign as sign_standard
 from pipelines_dagster.core.triggers import (
     DeliveryRejected,
@@ -228,7 +230,8 @@ def test_a_second_rotation_keeps_no_secret_past_its_first_expiry(sessions, pipel
 
 def test_rotation_is_refused_for_github_mode_and_bad_overlaps(sessions, pipeline, webhook):
     with sessions() as session:
-        trigger_id = session.scalar(sa.select(PipelineTrigger.id).where(PipelineTrigger.pipeline_id == pipeline[1]))
+        webhook_of_pipeline = PipelineTrigger.pipeline_id == pipeline[1], PipelineTrigger.kind == "webhook"
+        trigger_id = session.scalar(sa.select(PipelineTrigger.id).where(*webhook_of_pipeline))
     for overlap, field in ((3600, "signing"), (-1, "overlap_seconds"), (8 * 24 * 3600, "overlap_seconds")):
         with pytest.raises(InvalidInputError) as refused, transaction(sessions) as session:
             rotate_signing_secret(
@@ -248,7 +251,8 @@ def test_an_unknown_signing_mode_is_refused_and_nothing_is_written(sessions, pip
         create_webhook_trigger(session, workspace_id=pipeline[0], pipeline_id=pipeline[1], signing="svix")
     assert refused.value.field == "signing" and "standard, github" in refused.value.message
     with sessions() as session:
-        assert session.scalars(sa.select(PipelineTrigger).where(PipelineTrigger.pipeline_id == pipeline[1])).all() == []
+        kinds = session.scalars(sa.select(PipelineTrigger.kind).where(PipelineTrigger.pipeline_id == pipeline[1]))
+        assert kinds.all() == ["manual"]
 
 
 def test_a_signed_github_delivery_is_stored_with_its_payload(sessions, webhook):
@@ -300,6 +304,79 @@ def test_a_stale_github_timestamp_is_401(sessions, webhook):
         == 401
     )
     deliver(sessions, webhook, body, **{"X-Hub-Signature-256": signature, "X-Webhook-Timestamp": fresh})
+
+
+def digests(sessions, trigger_id: int) -> int:
+    with sessions() as session:
+        query = sa.select(sa.func.count()).select_from(WebhookBodyDigest)
+        return session.scalar(query.where(WebhookBodyDigest.trigger_id == trigger_id))
+
+
+def prune_past_retention(sessions, *, days_later: int = 31) -> None:
+    """Retention as the daily maintenance runs it, with the clock `days_later` days past NOW."""
+    prune_webhook_deliveries(sessions, older_than=cutoff(NOW + timedelta(days=days_later), 30))
+
+
+def test_a_github_body_is_a_replay_after_retention_pruned_its_delivery(sessions, webhook):
+    body = b'{"ref": "main", "after": "9f2c"}'
+    captured = {"X-Hub-Signature-256": sign(body, webhook), "X-GitHub-Delivery": "abc-123"}
+    first = deliver(sessions, webhook, body, **captured)
+    prune_past_retention(sessions)
+    assert deliveries(sessions, webhook) == 0, "retention keeps the body: the test proves nothing"
+    later = NOW + timedelta(days=31)
+    again = deliver(sessions, webhook, body, now=later, **captured)
+    assert again.duplicate and again.delivery_id == first.delivery_id and deliveries(sessions, webhook) == 0
+    other = b'{"ref": "main", "after": "a71e"}'
+    assert not deliver(sessions, webhook, other, now=later, **{"X-Hub-Signature-256": sign(other, webhook)}).duplicate
+
+
+def test_standard_mode_keeps_no_digest(sessions, standard):
+    body = b'{"ref": "main"}'
+    deliver(sessions, standard.token, body, **standard_headers(standard.secret, body, at=NOW))
+    assert digests(sessions, standard.trigger.id) == 0
+
+
+@pytest.mark.parametrize("pruned", [False, True], ids=["fresh", "after-retention"])
+def test_identical_github_deliveries_at_once_accept_exactly_one(app_engine, pipeline, pruned):
+    sessions = session_factory(app_engine)
+    token = make_webhook(sessions, pipeline, "github").token
+    body = b'{"ref": "main", "after": "5d0b"}'
+    headers = {"X-Hub-Signature-256": sign(body, token)}
+    if pruned:
+        first = deliver(sessions, token, body, **headers)
+        prune_past_retention(sessions)
+    barrier = threading.Barrier(8)
+    answers = []
+
+    def worker() -> None:
+        own = session_factory(app_engine)
+        barrier.wait()
+        answers.append(deliver(own, token, body, now=NOW + timedelta(days=31 if pruned else 0), **headers))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 8
+    assert [answer.duplicate for answer in answers].count(False) == (0 if pruned else 1)
+    assert len({answer.delivery_id for answer in answers}) == 1
+    if pruned:
+        assert answers[0].delivery_id == first.delivery_id
+    assert deliveries(sessions, token) == (0 if pruned else 1)
+
+
+def test_a_deleted_github_trigger_takes_its_digests_with_it(sessions, pipeline, webhook):
+    body = b"{}"
+    deliver(sessions, webhook, body, **{"X-Hub-Signature-256": sign(body, webhook)})
+    with sessions() as session:
+        trigger_id = session.scalars(
+            sa.select(PipelineTrigger.id).where(PipelineTrigger.webhook_secret_hash == catalog.hash_token(webhook))
+        ).one()
+    assert digests(sessions, trigger_id) == 1
+    with transaction(sessions) as session:
+        session.execute(sa.delete(PipelineTrigger).where(PipelineTrigger.id == trigger_id))
+    assert digests(sessions, trigger_id) == 0
 
 
 @pytest.mark.parametrize("signing", ["github", "standard"])

@@ -57,7 +57,7 @@ def make_pipeline(app_db: AppDatabaseResource, *, due: bool = True, enabled: boo
             enabled=enabled,
             schedule=catalog.ScheduleSpec(cron="* * * * *", timezone="UTC"),
         )
-        trigger = session.query(PipelineTrigger).filter_by(pipeline_id=pipeline.id).one()
+        trigger = session.query(PipelineTrigger).filter_by(pipeline_id=pipeline.id, kind="schedule").one()
         if due:
             trigger.next_fire_at = datetime.now(UTC) - timedelta(seconds=30)
         return workspace.id, pipeline.id, trigger.id

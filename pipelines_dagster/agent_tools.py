@@ -106,6 +106,8 @@ def _render_run(run: PipelineRunView) -> str:
         run.finished_at.strftime(FINISHED_FORMAT) if run.finished_at else "not finished",
         f"{_count(documents, 'doc')} / {_count([run.crawls_attempted], 'crawl')}",
     ]
+    if run.pages_resumed:
+        parts.append(f"continued run {run.root_run_id}, {_plural(run.pages_resumed, 'page')} resumed")
     if run.error:
         parts.append(run.error)
     return " • ".join(parts)

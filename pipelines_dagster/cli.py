@@ -90,6 +90,7 @@ OPTION_OF_FIELD = {
     "retry_policy.backoff": "retry_backoff",
     "retry_policy.max_retries": "retry_max",
     "retry_policy.delay_seconds": "retry_delay",
+    "max_runtime_seconds": "max_runtime",
     "event_types": "event",
     "pipeline_ids": "pipeline",
     "credits_below_micros": "credits_below",
@@ -441,6 +442,16 @@ def retry_of(backoff: str | None, max_retries: int | None, delay: float | None) 
     )
 
 
+max_runtime_option = click.option(
+    "--max-runtime",
+    "max_runtime",
+    type=int,
+    default=None,
+    help="Seconds one run may take (10 to 604800); a crawl past it is continued by a new run from the pages "
+    "it stored. Default: the deployment's maximum runtime.",
+)
+
+
 @pipeline.command("create")
 @click.option("--workspace", "workspace_id", required=True, type=int)
 @click.option("--connector", "connector_id", required=True, type=int)
@@ -457,6 +468,7 @@ def retry_of(backoff: str | None, max_retries: int | None, delay: float | None) 
 @schedule_options
 @click.option("--disabled", is_flag=True, help="Create the pipeline switched off.")
 @retry_options(defaults=True)
+@max_runtime_option
 @json_option
 @user_errors
 def pipeline_create(
@@ -474,6 +486,7 @@ def pipeline_create(
     retry_backoff: str,
     retry_max: int,
     retry_delay: float,
+    max_runtime: int | None,
     as_json: bool,
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
@@ -496,6 +509,7 @@ def pipeline_create(
             schedule=schedule_of(cron, timezone, every_minutes),
             enabled=not disabled,
             retry=retry,
+            max_runtime_seconds=max_runtime,
         )
         trigger = catalog.schedule_triggers(session, [created.id]).get(created.id)
         payload = {
@@ -508,6 +522,7 @@ def pipeline_create(
             "enabled": created.enabled,
             "next_fire_at": trigger.next_fire_at.isoformat() if trigger and trigger.next_fire_at else None,
             "retry_policy": schemas.RetryPolicyOut.of(RetryPolicy.of(created)).model_dump(mode="json"),
+            "max_runtime_seconds": created.max_runtime_seconds,
         }
     when = f", next run {payload['next_fire_at']}" if payload["next_fire_at"] else ""
     emit(as_json, payload, f"pipeline {payload['id']} created{when}")
@@ -565,6 +580,8 @@ def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
 @click.option("--no-schedule", is_flag=True, help="Remove the schedule; the pipeline runs only when triggered.")
 @click.option("--enable/--disable", "enabled", default=None, help="Switch the pipeline on or off.")
 @retry_options(defaults=False)
+@max_runtime_option
+@click.option("--default-max-runtime", is_flag=True, help="Use the deployment's maximum runtime again.")
 @json_option
 @user_errors
 def pipeline_update(
@@ -586,6 +603,8 @@ def pipeline_update(
     retry_backoff: str | None,
     retry_max: int | None,
     retry_delay: float | None,
+    max_runtime: int | None,
+    default_max_runtime: bool,
     as_json: bool,
 ) -> None:
     """Change the options given and leave the rest (any --retry option sets the whole policy)."""
@@ -593,6 +612,7 @@ def pipeline_update(
     refuse_both("no_folder", no_folder, folder is not None or folder_id is not None, "--folder or --folder-id")
     refuse_both("no_urls", no_urls, bool(urls), "--url")
     refuse_both("no_schedule", no_schedule, schedule is not None, "--cron, --timezone, --every-minutes")
+    refuse_both("default_max_runtime", default_max_runtime, max_runtime is not None, "--max-runtime")
     changes = catalog.PipelineChanges(
         name=keep(name),
         save_to_kb=keep(save_to_kb),
@@ -603,6 +623,7 @@ def pipeline_update(
         urls=None if no_urls else keep(list(urls) or None),
         schedule=None if no_schedule else keep(schedule),
         retry=keep(retry_of(retry_backoff, retry_max, retry_delay)),
+        max_runtime_seconds=None if default_max_runtime else keep(max_runtime),
     )
     with transaction(open_sessions(load_settings())) as session:
         updated = catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)

@@ -43,6 +43,11 @@ class CrawlMetadata:
     """A site crawl stopped discovering at max pages, so pages it did not find may still exist."""
     pages_duplicate: int | None = None
     """A site crawl's pages fetched but not stored, as copies of stored pages (redirects, rel=canonical)."""
+    pages_resumed: int | None = None
+    """Pages an earlier run of this crawl stored before it was stopped (past its maximum runtime, its
+    process killed), replayed from its checkpoint, not fetched or charged again; absent when none."""
+    resumed_from_run_id: str | None = None
+    """The first run of the crawl this run continued (Dagster's root run of its retries)."""
     start_urls: int | None = None
     """A site crawl's start URLs; absent for a list crawl."""
     start_urls_failed: int | None = None

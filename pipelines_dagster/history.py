@@ -114,6 +114,16 @@ class PipelineRunView(pydantic.BaseModel):
     blob_key: str | None
     error: str | None
     dagster_url: str | None
+    root_run_id: str | None = pydantic.Field(
+        default=None,
+        description="The first run of the chain this run retries or re-executes (the runs that continue a crawl "
+        "stopped past its maximum runtime share it); null for a first run.",
+    )
+    pages_resumed: int | None = pydantic.Field(
+        default=None,
+        description="Pages earlier runs of the chain stored and this run's crawl replayed, not fetched or charged "
+        "again; null when it continued nothing.",
+    )
 
 
 class StepSummary(pydantic.BaseModel):
@@ -432,6 +442,8 @@ class RunHistory:
                     blob_key=crawl.blob_key,
                     error=error,
                     dagster_url=f"{self._ui_base_url}/runs/{run.run_id}" if self._ui_base_url else None,
+                    root_run_id=run.root_run_id,
+                    pages_resumed=crawl.pages_resumed,
                 )
             )
         return views

@@ -2,12 +2,16 @@
 
 The launch goes through the Dagster webserver's GraphQL API, so the run lands in
 the deployment's own queue (and its one-run-per-pipeline limit) like a UI launch.
+A pipeline with a run queued or in progress (its own, a UI launch of its partition,
+or a batch run that covers it) is refused with the run's id: a user asking to run
+it now learns it is already running, instead of a second run starting after it.
 The HTTP API's `POST .../run` and `pipelines-dagster pipeline run` both use it.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -15,13 +19,17 @@ import requests
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.core import catalog
-from pipelines_dagster.core.run_engine import plan_manual_run
+from pipelines_dagster.core.run_engine import RunRefused, plan_manual_run
 from pipelines_dagster.runs import (
+    BUSY_STATUSES,
     CODE_LOCATION,
+    MEMBER,
     PARTITION_TAG,
     PIPELINE_RUN_JOB,
+    PIPELINE_TAG,
     REPOSITORY,
     Trigger,
+    member_pipeline_tag,
     partition_key,
     run_tags,
 )
@@ -42,6 +50,41 @@ LAUNCH_RUN = """mutation($executionParams: ExecutionParams!) {
 }"""
 
 
+# A pipeline's runs queued or in progress, under each tag a run for it carries: its own runs'
+# pipeline_id, a UI launch's partition, a batch run's member tag; one request.
+BUSY_RUNS = """query(
+  $statuses: [RunStatus!], $own: [ExecutionTag!], $partition: [ExecutionTag!], $member: [ExecutionTag!]
+) {
+  own: runsOrError(filter: {statuses: $statuses, tags: $own}) { ...found }
+  partition: runsOrError(filter: {statuses: $statuses, tags: $partition}) { ...found }
+  member: runsOrError(filter: {statuses: $statuses, tags: $member}) { ...found }
+}
+fragment found on RunsOrError {
+  __typename
+  ... on Runs { results { runId status jobName } }
+  ... on PythonError { message }
+}"""
+
+
+class PipelineBusyError(RunRefused):
+    """Run-now on a pipeline with a run queued or in progress: refused, naming that run."""
+
+    def __init__(self, pipeline_id: int, run: BusyRun) -> None:
+        super().__init__(
+            f"pipeline {pipeline_id} is busy: run {run.run_id} ({run.job_name}, {run.status.lower()}) is running "
+            "it, so no second run is started; wait for that run to end (GET .../runs/"
+            f"{run.run_id}, or the Dagster UI), or let a trigger fire, which runs after it"
+        )
+        self.run_id = run.run_id
+
+
+@dataclass(frozen=True)
+class BusyRun:
+    run_id: str
+    status: str
+    job_name: str
+
+
 class DagsterUnavailableError(RuntimeError):
     """The Dagster webserver cannot be reached; the message says what to start."""
 
@@ -53,6 +96,10 @@ class LaunchFailedError(RuntimeError):
 class Launcher(Protocol):
     def __call__(self, *, workspace_id: int, pipeline_id: int) -> str:
         """Launch the pipeline's `pipeline_run` for its partition with the manual trigger; return the run id."""
+        ...
+
+    def busy_run(self, pipeline_id: int) -> BusyRun | None:
+        """A run queued or in progress for the pipeline, if there is one."""
         ...
 
 
@@ -87,31 +134,55 @@ class GraphQLLauncher:
             "runConfigData": {},
             "executionMetadata": {"tags": [{"key": key, "value": value} for key, value in tags.items()]},
         }
+        return self._run_id(self._ask(LAUNCH_RUN, {"executionParams": params}, "launchRun"))
+
+    def busy_run(self, pipeline_id: int) -> BusyRun | None:
+        def tag(key: str, value: str) -> list[dict[str, str]]:
+            return [{"key": key, "value": value}]
+
+        key = partition_key(pipeline_id)
+        variables = {
+            "statuses": list(BUSY_STATUSES),
+            "own": tag(PIPELINE_TAG, key),
+            "partition": tag(PARTITION_TAG, key),
+            "member": tag(member_pipeline_tag(pipeline_id), MEMBER),
+        }
+        answer = self._ask(BUSY_RUNS, variables, "own", "partition", "member")
+        found: list[BusyRun] = []
+        for name, runs in answer.items():
+            if runs.get("__typename") != "Runs":
+                raise self._failed(f"{name}: {runs.get('__typename')}: {runs.get('message') or 'no runs'}")
+            found += [BusyRun(run["runId"], run["status"], run["jobName"]) for run in runs["results"]]
+        # Newest first from each; a started run before a queued one, as the one to name.
+        found.sort(key=lambda run: run.status == "QUEUED")
+        return found[0] if found else None
+
+    def _ask(self, query: str, variables: dict[str, Any], *fields: str) -> dict[str, Any]:
+        """The named fields of a GraphQL answer, each a dict; the errors say why one is missing."""
         try:
             # A session each: launches from many threads at once share nothing.
             with requests.Session() as session:
                 answer = session.post(
-                    f"{self.url}/graphql",
-                    json={"query": LAUNCH_RUN, "variables": {"executionParams": params}},
-                    timeout=self._timeout,
+                    f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=self._timeout
                 )
         except (requests.ConnectionError, requests.Timeout):
             raise DagsterUnavailableError(
                 f"cannot reach the Dagster webserver at {self.url}; start it with `dagster dev` "
                 f"(or `dagster-webserver -w workspace.yaml`), or point {DAGSTER_URL_ENV} at it"
             ) from None
-        return self._run_id(answer)
-
-    def _run_id(self, answer: requests.Response) -> str:
         try:
             body: Any = answer.json()
         except ValueError:
             raise self._failed(f"HTTP {answer.status_code}, not a GraphQL answer") from None
-        launched = (body.get("data") or {}).get("launchRun") if isinstance(body, dict) else None
-        if not isinstance(launched, dict):
+        data = (body.get("data") or {}) if isinstance(body, dict) else {}
+        if not all(isinstance(data.get(name), dict) for name in fields):
             errors = body.get("errors") if isinstance(body, dict) else None
-            reason = "; ".join(str(error.get("message")) for error in errors) if errors else "no launchRun answer"
+            reason = "; ".join(str(error.get("message")) for error in errors) if errors else f"no {fields[0]} answer"
             raise self._failed(f"HTTP {answer.status_code}: {reason}")
+        return {name: data[name] for name in fields}
+
+    def _run_id(self, answer: dict[str, Any]) -> str:
+        launched = answer["launchRun"]
         if launched["__typename"] == "LaunchRunSuccess":
             return str(launched["run"]["runId"])
         if launched["__typename"] == "RunConfigValidationInvalid":
@@ -138,11 +209,16 @@ def launch_pipeline_run(
 
     NotFoundError when the pipeline is not the workspace's; RunRefused (with the
     reason) when the run's own guards would stop it, or the pipeline has no enabled
-    manual trigger, so no run is created.
+    manual trigger, and PipelineBusyError when a run of it is queued or in progress,
+    so no run is created.
     """
     with sessions() as session:
         catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         plan_manual_run(session, pipeline_id)
+    launch = launcher or GraphQLLauncher()
+    if (busy := launch.busy_run(pipeline_id)) is not None:
+        raise PipelineBusyError(pipeline_id, busy)
     # A pipeline disabled between this check and the run start is still refused, by crawl_results itself;
     # a manual trigger switched off meanwhile is not (the crawl step cannot tell this launch from the UI's).
-    return (launcher or GraphQLLauncher())(workspace_id=workspace_id, pipeline_id=pipeline_id)
+    # A run started for it meanwhile queues this one behind it, or this one waits for its locks.
+    return launch(workspace_id=workspace_id, pipeline_id=pipeline_id)

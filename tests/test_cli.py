@@ -212,6 +212,20 @@ def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
     assert plain["retry_policy"]["backoff"] == "exponential" and plain["retry_policy"]["max_retries"] == 3
 
 
+def test_a_pipelines_max_runtime_is_set_changed_and_given_back_to_the_deployment(cli, workspace, connector):
+    ws = str(workspace["id"])
+    args = ["--workspace", ws, "--connector", str(connector["id"])]
+    made = cli.json("pipeline", "create", *args, "--name", "long", "--max-runtime", "14400")
+    assert made["max_runtime_seconds"] == 14400
+    assert cli.json("pipeline", "create", *args, "--name", "plain")["max_runtime_seconds"] is None
+    changed = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--max-runtime", "600")
+    assert changed["max_runtime_seconds"] == 600
+    renamed = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--name", "longer")
+    assert renamed["max_runtime_seconds"] == 600
+    reset = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--default-max-runtime")
+    assert reset["max_runtime_seconds"] is None
+
+
 def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
     made = cli.json(
         "pipeline",
@@ -252,6 +266,8 @@ def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
         (["--retry-max", "-1"], "--retry-max"),
         (["--retry-delay", "0"], "--retry-delay: must be more than 0"),
         (["--retry-delay", "-3"], "--retry-delay"),
+        (["--max-runtime", "5"], "--max-runtime: must be a whole number of seconds from 10 to 604800"),
+        (["--max-runtime", "1h"], "--max-runtime"),
     ],
 )
 def test_pipeline_create_bad_input_writes_nothing(cli, workspace, connector, extra, reason):
@@ -614,6 +630,8 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         (["--url", "ftp://example.com/"], "--url"),
         (["--retry-max", "11"], "--retry-max: must be a whole number from 0 to 10"),
         (["--retry-backoff", "fibonacci"], "--retry-backoff: unknown backoff"),
+        (["--max-runtime", "700000"], "--max-runtime: must be a whole number of seconds from 10 to 604800"),
+        (["--max-runtime", "60", "--default-max-runtime"], "--default-max-runtime: give --max-runtime or"),
     ],
 )
 def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, workspace, connector, extra, reason):

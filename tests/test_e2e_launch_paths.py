@@ -14,26 +14,24 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.core.run_engine import RunRefused
-from pipelines_dagster.core.triggers import pipeline_triggers, set_trigger_enabled
-from pipelines_dagster.launch import GraphQLLauncher, launch_pipeline_run
+from pipelines_dagster.core.triggers import create_event_trigger, emit_event, pipeline_triggers, set_trigger_enabled
+from pipelines_dagster.launch import GraphQLLauncher, PipelineBusyError, launch_pipeline_run
+from pipelines_dagster.runs import batch_tags, pipeline_ids_of
 from pipelines_dagster.sensors.common import BUSY, busy_pipelines
 from tests.support import ledger
-from tests.support.dagster_dev import Dev, dagster_dev, wait_for
+from tests.support.dagster_dev import Dev, Seeded, dagster_dev, seed, wait_for
 from tests.support.graphql import BACKFILL, LAUNCH, REEXECUTE
 from tests.support.web import page
+from tests.support.webhooks import create_webhook, deliver
 
 pytestmark = pytest.mark.integration
 
@@ -51,46 +49,11 @@ RUN_WITHIN_SECONDS = 120.0
 LOCKS_FREED_WITHIN_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
-class Seeded:
-    workspace_id: int
-    connector_id: int
-    pipeline_id: int
-    urls: list[str]
-    save_to_kb: bool
-
-
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory) -> Iterator[Dev]:
     """One `dagster dev` for every launch path: each test has pipelines, and so partitions, of its own."""
     with dagster_dev(tmp_path_factory.mktemp("launch-paths")) as deployment:
         yield deployment
-
-
-def seed(
-    dev: Dev, name: str, *, pages: int = 3, save_to_kb: bool = True, delay: float = 0.0, enabled: bool = True
-) -> Seeded:
-    """A workspace with credit and a web connector over `pages` pages of its own, and a pipeline over it."""
-    urls = []
-    for n in range(pages):
-        dev.site.route(f"/{name}/{n}", page(f"{name} {n}", f"Page {n} of {name}.", delay=delay))
-        urls.append(dev.site.url(f"/{name}/{n}"))
-    with transaction(dev.sessions) as session:
-        workspace = catalog.create_workspace(session, name=name, owner_user_id=f"owner-{name}").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
-        pipeline = services.create_pipeline(
-            session,
-            dev.instance,
-            workspace_id=workspace.id,
-            connector_id=connector.id,
-            name=name,
-            save_to_kb=save_to_kb,
-            folder_name=f"{name} docs" if save_to_kb else None,
-            enabled=enabled,
-        )
-        seeded = Seeded(workspace.id, connector.id, pipeline.id, urls, save_to_kb)
-    Billing(dev.sessions, enabled=True, micros_per_crawl=1000).grant(seeded.workspace_id, 1_000_000)
-    return seeded
 
 
 def _tags(tags: dict[str, str]) -> list[dict[str, str]]:
@@ -294,3 +257,68 @@ def test_a_refused_ui_launch_fails_once_with_the_reason_and_is_not_retried(dev: 
     assert run.tags["trigger"] == "manual"
     assert dev.instance.get_runs(dg.RunsFilter(tags={"dagster/parent_run_id": run.run_id})) == []
     assert dev.site.hits("/refused/0") == 0 and charges(dev, seeded.workspace_id) == []
+
+
+def test_a_webhook_and_an_event_for_a_pipeline_a_running_batch_holds_run_after_it_once_and_run_now_is_a_409(
+    dev: Dev,
+):
+    """The run queue limits a pipeline's own runs, not a batch run that covers it: the trigger sensors
+    leave such a pipeline's delivery and event pending while the batch runs, and start their runs after it."""
+    held, other = seed(dev, "batched", pages=1, delay=10.0), seed(dev, "batchmate")
+    with transaction(dev.sessions) as session:
+        hook = create_webhook(session, workspace_id=held.workspace_id, pipeline_id=held.pipeline_id)
+        create_event_trigger(
+            session, workspace_id=held.workspace_id, pipeline_id=held.pipeline_id, event_type="folder.changed"
+        )
+    members = [(held.pipeline_id, held.workspace_id), (other.pipeline_id, other.workspace_id)]
+    config = {"pipelines": [{"pipeline_id": p, "workspace_id": w} for p, w in members]}
+    params = {
+        "mode": "default",
+        "runConfigData": {"ops": {"run_pipelines": {"config": config}}},
+        "selector": {**REPOSITORY, "pipelineName": "pipeline_batch"},
+        "executionMetadata": {"tags": _tags(batch_tags(members, trigger="manual"))},
+    }
+    batch_id = _run_id(dev.graphql(LAUNCH, executionParams=params)["launchPipelineExecution"])
+    wait_for("the batch to crawl the held pipeline", lambda: dev.site.hits("/batched/0"), timeout=RUN_WITHIN_SECONDS)
+
+    with transaction(dev.sessions) as session:
+        delivery_id = deliver(session, hook, b'{"ref": "main"}')
+        event_id = emit_event(session, workspace_id=held.workspace_id, event_type="folder.changed").id
+    with pytest.raises(PipelineBusyError, match=f"run {batch_id} \\(pipeline_batch, started\\)"):
+        launch_pipeline_run(
+            dev.sessions,
+            workspace_id=held.workspace_id,
+            pipeline_id=held.pipeline_id,
+            launcher=GraphQLLauncher(dev.ui_url),
+        )
+
+    batch = finished(dev, batch_id)
+    assert batch.status == dg.DagsterRunStatus.SUCCESS, dev.log_tail()
+    batch_ended = dev.instance.get_run_record_by_id(batch_id).end_time
+
+    def fired() -> list[dg.DagsterRun] | None:
+        runs = [
+            dev.instance.get_runs(dg.RunsFilter(tags={"webhook_delivery_id": str(delivery_id)})),
+            dev.instance.get_runs(dg.RunsFilter(tags={"event_id": str(event_id)})),
+        ]
+        done = all(len(found) == 1 and found[0].is_finished for found in runs)
+        return [found[0] for found in runs] if done else None
+
+    webhook_run, event_run = wait_for("the webhook's and the event's runs", fired, timeout=RUN_WITHIN_SECONDS * 2)
+    for run in (webhook_run, event_run):
+        assert run.status == dg.DagsterRunStatus.SUCCESS, dev.log_tail()
+        assert run.tags["pipeline_id"] == str(held.pipeline_id)
+        # Created once the batch had ended: the sensors held the fires back, the crawl step did not wait.
+        assert dev.instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp() >= batch_ended
+    # A tick later, nothing more: each fire ran once.
+    time.sleep(6)
+    runs_of_held = dev.instance.get_runs(dg.RunsFilter(tags={"pipeline_id": str(held.pipeline_id)}))
+    assert sorted(run.run_id for run in runs_of_held) == sorted([webhook_run.run_id, event_run.run_id])
+    assert not [
+        run
+        for run in dev.instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+        if held.pipeline_id in pipeline_ids_of(run.tags)
+    ]
+    # The batch's crawl and one each after it.
+    assert dev.site.hits("/batched/0") == 3
+    assert len(charges(dev, held.workspace_id)) == 3

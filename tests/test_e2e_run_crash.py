@@ -15,16 +15,20 @@ from collections.abc import Callable, Iterator
 import dagster as dg
 import psutil
 import pytest
+import sqlalchemy as sa
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import CreditHold
+from pipelines_dagster.app_db.models import CreditHold, CreditLedgerEntry, Document, PageChange
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.blob import LocalBlobStore
+from pipelines_dagster.core.checkpoint import checkpoint_prefix
 from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
+from pipelines_dagster.history import RunHistory
 from pipelines_dagster.launch import GraphQLLauncher, launch_pipeline_run
 from tests.support import ledger
-from tests.support.dagster_dev import Dev, dagster_dev, wait_for
+from tests.support.dagster_dev import Dev, dagster_dev, seed, wait_for
 from tests.support.web import Reply, html_document, page
 
 pytestmark = pytest.mark.integration
@@ -203,3 +207,116 @@ def test_a_killed_run_that_is_not_retried_has_its_credit_hold_released_by_its_en
     )
     summary = billing.summary(workspace_id)
     assert (summary.held_micros, summary.balance_micros) == (0, 1_000_000)
+
+
+LONG_PAGES = 36
+# Four requests per host at a time, two seconds each: 18 s of crawling, past the runtime allowed.
+LONG_PAGE_DELAY_SECONDS = 2.0
+MAX_RUNTIME_SECONDS = 12
+# Run monitoring polls every 5 s (deploy/dagster.yaml); then the run is interrupted and failed.
+STOPPED_WITHIN_SECONDS = MAX_RUNTIME_SECONDS + 15.0 + 30.0
+
+
+def _crawl_result(dev: Dev, workspace_id: int, pipeline_id: int) -> dict[str, object]:
+    """What a finished crawl left, with URLs by page number: documents, the timeline, the ledger."""
+
+    def page_of(url: str) -> str:
+        return url.rsplit("/", 1)[1]
+
+    with dev.sessions() as session:
+        documents = session.execute(
+            sa.select(Document.url, Document.content).where(Document.pipeline_id == pipeline_id)
+        ).all()
+        changes = session.execute(
+            sa.select(PageChange.url, PageChange.status).where(PageChange.pipeline_id == pipeline_id)
+        ).all()
+    return {
+        "documents": sorted((page_of(url), content) for url, content in documents),
+        "timeline": sorted((page_of(url), status) for url, status in changes),
+        "charges": ledger.charges(dev.sessions, workspace_id, CreditLedgerEntry.delta_micros),
+    }
+
+
+def _checkpointed(dev: Dev, workspace_id: int, pipeline_id: int, root_run_id: str) -> set[str]:
+    """The URLs the crawl's checkpoint holds now."""
+    store = LocalBlobStore(dev.home.parent / "data" / "blobs")
+    prefix = checkpoint_prefix(workspace_id=workspace_id, pipeline_id=pipeline_id, root_run_id=root_run_id)
+    return {record["url"] for info in store.list(prefix) for record in store.read_jsonl(info.key)}
+
+
+def test_a_crawl_past_its_max_runtime_fails_for_it_and_a_continuation_fetches_only_what_was_not_stored(dev: Dev):
+    long = seed(
+        dev,
+        "long",
+        pages=LONG_PAGES,
+        delay=LONG_PAGE_DELAY_SECONDS,
+        topic="the crawl",
+        max_runtime_seconds=MAX_RUNTIME_SECONDS,
+    )
+    workspace_id, pipeline_id, long_urls = long.workspace_id, long.pipeline_id, long.urls
+    launcher = GraphQLLauncher(dev.ui_url)
+    run_id = launch_pipeline_run(dev.sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, launcher=launcher)
+
+    ended = wait_for("the run to end", lambda: dev.ended(run_id), timeout=STOPPED_WITHIN_SECONDS)
+    assert ended.status == dg.DagsterRunStatus.FAILURE, ended.status
+    first = dev.failed(run_id, timeout=10)
+    assert first.tags["dagster/max_runtime"] == str(MAX_RUNTIME_SECONDS)
+    [failure] = dev.instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    assert f"Exceeded maximum runtime of {MAX_RUNTIME_SECONDS} seconds" in failure.message, failure.message
+    record = dev.instance.get_run_record_by_id(run_id)
+    # Enforced within 15 s of its deadline (monitoring polls every 5 s), not at Dagster's default 120 s.
+    assert record.end_time - record.start_time <= MAX_RUNTIME_SECONDS + 15, (record.start_time, record.end_time)
+    stored = _checkpointed(dev, workspace_id, pipeline_id, run_id)
+    path = {url: url.removeprefix(dev.site.url("")) for url in long_urls}
+    fetched = {url for url in long_urls if dev.site.hits(path[url])}
+    assert stored and stored <= fetched and len(stored) < LONG_PAGES
+    # Its locks went with it: the continuation takes them.
+    locks = DatabaseLocks(dev.engine)
+    assert locks.owner_of(pipeline_lock_name(pipeline_id)) != run_id
+
+    def chain_done() -> list[dg.DagsterRun] | None:
+        runs = dev.instance.get_runs(dg.RunsFilter(tags={"dagster/root_run_id": run_id}))
+        last = runs[0] if runs else None
+        return runs if last is not None and last.status == dg.DagsterRunStatus.SUCCESS else None
+
+    continuations = wait_for("the crawl to be continued to its end", chain_done, timeout=RETRY_DONE_WITHIN_SECONDS * 2)
+    assert len(continuations) <= 3
+    assert all(run.tags["pipeline_id"] == str(pipeline_id) for run in continuations)
+    # Each stored page was fetched once, never again; the pages in flight when a run stopped once more.
+    assert all(dev.site.hits(path[url]) == 1 for url in stored)
+    assert all(1 <= dev.site.hits(path[url]) <= 2 for url in long_urls)
+    [crawl] = [
+        entry.asset_materialization.metadata
+        for entry in dev.instance.all_logs(continuations[0].run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        if entry.asset_materialization.asset_key == dg.AssetKey("crawl_results")
+    ]
+    assert crawl["pages_resumed"].value >= len(stored) and crawl["urls_attempted"].value == LONG_PAGES
+    assert crawl["resumed_from_run_id"].value == run_id
+    # Run history shows the chain: the stopped run failed for time, the one that finished continued it.
+    history = RunHistory(dev.instance, dev.sessions).list_runs(workspace_id, pipeline_id=pipeline_id, limit=10)
+    views = {view.run_id: view for view in history.runs}
+    assert views[run_id].status == "failed" and "Exceeded maximum runtime" in (views[run_id].error or "")
+    assert views[run_id].root_run_id is None and views[run_id].pages_resumed is None
+    finished = views[continuations[0].run_id]
+    assert (finished.status, finished.root_run_id, finished.crawls_attempted) == ("succeeded", run_id, LONG_PAGES)
+    assert finished.pages_resumed == crawl["pages_resumed"].value
+    assert sum(view.new_charge_micros or 0 for view in views.values()) == LONG_PAGES * 1000
+    # Cleared once the whole crawl was stored.
+    assert _checkpointed(dev, workspace_id, pipeline_id, run_id) == set()
+    assert [locks.owner_of(pipeline_lock_name(pipeline_id))] == [None]
+
+    # The same site crawled by one uninterrupted run leaves the same documents, timeline and charge.
+    whole = seed(dev, "whole", pages=LONG_PAGES, topic="the crawl")
+    whole_workspace, whole_pipeline = whole.workspace_id, whole.pipeline_id
+    whole_run = launch_pipeline_run(
+        dev.sessions, workspace_id=whole_workspace, pipeline_id=whole_pipeline, launcher=launcher
+    )
+    ended_whole = wait_for("the uninterrupted crawl", lambda: dev.ended(whole_run), timeout=RETRY_DONE_WITHIN_SECONDS)
+    assert ended_whole.status == dg.DagsterRunStatus.SUCCESS, dev.log_tail()
+    resumed, uninterrupted = (
+        _crawl_result(dev, workspace_id, pipeline_id),
+        _crawl_result(dev, whole_workspace, whole_pipeline),
+    )
+    assert resumed == uninterrupted
+    assert resumed["charges"] == [-LONG_PAGES * 1000]
+    assert len(resumed["documents"]) == LONG_PAGES

@@ -57,6 +57,7 @@ def create_pipeline(workspace_id: WorkspaceId, body: PipelineCreate, api: Api) -
             schedule=body.schedule.spec() if body.schedule is not None else None,
             enabled=body.enabled,
             retry=body.retry_policy.policy() if body.retry_policy is not None else None,
+            max_runtime_seconds=body.max_runtime_seconds,
         )
         return _read(session, pipeline)
 

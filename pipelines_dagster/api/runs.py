@@ -46,10 +46,10 @@ def _pipeline_run(api: Api, workspace_id: int, pipeline_id: int, run_id: uuid.UU
     responses=responses(401, 404, 409, 422, 502, 503),
 )
 def run_now(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -> RunLaunched:
-    """Launch the pipeline now (trigger `manual`); the run queues behind any run of the same pipeline.
+    """Launch the pipeline now (trigger `manual`).
 
-    A disabled or otherwise unrunnable pipeline, or one without an enabled manual trigger, is refused
-    with 409 and the reason; no run is created.
+    A disabled or otherwise unrunnable pipeline, one without an enabled manual trigger, or one with a
+    run queued or in progress (named in the answer) is refused with 409 and the reason; no run is created.
     """
     return RunLaunched(
         run_id=launch_pipeline_run(

@@ -34,7 +34,13 @@ from pipelines_dagster.core.site_config import (
     crawl_mode,
 )
 from pipelines_dagster.core.templates import disabled_reason
-from pipelines_dagster.core.validation import InvalidInputError, validate_name, validate_urls
+from pipelines_dagster.core.validation import (
+    MAX_RUNTIME_SECONDS,
+    MIN_RUNTIME_SECONDS,
+    InvalidInputError,
+    validate_name,
+    validate_urls,
+)
 
 # The largest integer every JSON client reads exactly; row ids stay far below it, and
 # anything above would overflow the 64-bit id columns before reaching a query.
@@ -109,6 +115,17 @@ Timezone = Annotated[
     _domain(_timezone),
 ]
 EveryMinutes = Annotated[int, Field(ge=1, le=MAX_EVERY_MINUTES, description="Run every N minutes.")]
+MaxRuntime = Annotated[
+    int,
+    Field(
+        ge=MIN_RUNTIME_SECONDS,
+        le=MAX_RUNTIME_SECONDS,
+        strict=True,
+        description="Seconds one run may take. A crawl past it is stopped and continued by a new run from the "
+        "pages it stored (up to 3 times), so a long polite crawl finishes across runs.",
+        examples=[14400],
+    ),
+]
 
 
 class Schedule(BaseModel):
@@ -167,6 +184,7 @@ class PipelineCreate(BaseModel):
     enabled: bool = True
     urls: Urls | None = None
     retry_policy: RetryPolicyIn | None = Field(default=None, description="Default: exponential, 3 retries, 2 s.")
+    max_runtime_seconds: MaxRuntime | None = None
 
 
 class PipelineUpdate(BaseModel):
@@ -188,6 +206,7 @@ class PipelineUpdate(BaseModel):
     # Not a union with None (its errors would be reported under the member's class name); a null is
     # refused by the validator below and a left-out field keeps its default, which is not validated.
     retry_policy: RetryPolicyIn = None  # type: ignore[assignment]
+    max_runtime_seconds: MaxRuntime | None = Field(default=None, description="Null: the deployment's maximum runtime.")
 
     @field_validator("name", "save_to_kb", "enabled", "connector_id", "retry_policy", mode="before")
     @classmethod
@@ -240,6 +259,9 @@ class PipelineOut(BaseModel):
     urls: list[str] | None = Field(description="This pipeline's own URLs; null crawls the connector's.")
     schedule: ScheduleOut | None
     retry_policy: RetryPolicyOut
+    max_runtime_seconds: int | None = Field(
+        description="How long one run may take before it is stopped and continued; null: the deployment's."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -259,6 +281,7 @@ class PipelineOut(BaseModel):
             urls=initial_urls(pipeline),
             schedule=None if schedule is None else ScheduleOut.of(schedule),
             retry_policy=RetryPolicyOut.of(RetryPolicy.of(pipeline)),
+            max_runtime_seconds=pipeline.max_runtime_seconds,
             created_at=pipeline.created_at,
             updated_at=pipeline.updated_at,
         )

@@ -221,6 +221,7 @@ class Pipeline(Base):
         _enum_check("retry_backoff", RetryBackoff),
         sa.CheckConstraint("retry_max >= 0", name="retry_max_not_negative"),
         sa.CheckConstraint("retry_delay_seconds > 0", name="retry_delay_positive"),
+        sa.CheckConstraint("max_runtime_seconds IS NULL OR max_runtime_seconds > 0", name="max_runtime_positive"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -246,6 +247,9 @@ class Pipeline(Base):
     )
     retry_max: Mapped[int] = mapped_column(sa.Integer, default=3, server_default="3")
     retry_delay_seconds: Mapped[float] = mapped_column(sa.Float, default=2.0, server_default="2")
+    # How long one run may take before it is stopped (and continued by another, from what it stored);
+    # NULL: the deployment's run_monitoring.max_runtime_seconds.
+    max_runtime_seconds: Mapped[int | None] = mapped_column(sa.Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

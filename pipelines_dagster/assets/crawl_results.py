@@ -10,10 +10,20 @@ import dagster as dg
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
 from pipelines_dagster.assets.partition import partition_pipeline, refused
+from pipelines_dagster.core.checkpoint import Checkpoint, checkpoint_prefix
 from pipelines_dagster.core.costs import crawl_charge_key
 from pipelines_dagster.core.crawl_health import CrawlHealth, judge_crawl, success_threshold
 from pipelines_dagster.core.retry import RetryPolicy
-from pipelines_dagster.core.run_engine import CrawlReport, RunRefused, execute_crawl, load_plan
+from pipelines_dagster.core.run_engine import (
+    NO_LOCK_WAIT,
+    CrawlReport,
+    LockWait,
+    OwnerState,
+    RunPlan,
+    RunRefused,
+    execute_crawl,
+    load_plan,
+)
 from pipelines_dagster.core.triggers import trigger_payload
 from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
@@ -60,10 +70,53 @@ def _policy_read(key: tuple[str, str], policy: RetryPolicy) -> None:
         _policies.popitem(last=False)
 
 
-def _run_ended(instance: dg.DagsterInstance, run_id: str) -> bool:
-    """Whether `run_id` names a run that has ended, so a lock it still owns was left by its dead process."""
+# How many runs may continue a crawl stopped past its maximum runtime (or whose process died), each
+# from where the last stopped: Dagster's run retries, which carry the first run as their root.
+MAX_CONTINUATIONS = 3
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+MAX_RETRIES_TAG = "dagster/max_retries"
+
+
+def _runtime_tags(instance: dg.DagsterInstance, run: dg.DagsterRun, plan: RunPlan) -> None:
+    """Give the run the pipeline's maximum runtime, which run monitoring reads from its tags on every
+    poll (so a tag set as it starts holds), and the number of continuations, unless it has its own."""
+    tags = {MAX_RUNTIME_TAG: str(plan.max_runtime_seconds)} if plan.max_runtime_seconds is not None else {}
+    if MAX_RETRIES_TAG not in run.tags:
+        tags[MAX_RETRIES_TAG] = str(MAX_CONTINUATIONS)
+    if any(run.tags.get(key) != value for key, value in tags.items()):
+        instance.add_run_tags(run.run_id, tags)
+
+
+def _checkpoint(run: dg.DagsterRun, plan: RunPlan, blob_store: BlobStoreResource) -> Checkpoint:
+    """The checkpoint of the crawl `run` belongs to: its own, or the one of the run it retries.
+
+    RunRefused when the run it retries was itself a continuation that stored nothing: the crawl
+    makes no progress (every page it reaches stops its process, say), so it is not continued again.
+    """
+    root = run.root_run_id or run.run_id
+    prefix = checkpoint_prefix(workspace_id=plan.workspace_id, pipeline_id=plan.pipeline_id, root_run_id=root)
+    checkpoint = Checkpoint(blob_store.store(), prefix, run.run_id)
+    if checkpoint.stalled(parent_run_id=run.parent_run_id, root_run_id=root):
+        raise RunRefused(
+            f"the crawl is not continued again: run {run.parent_run_id}, which continued it, stored no page before it "
+            f"stopped; {len(list(checkpoint.records()))} pages are stored from earlier runs (root run {root}). "
+            "Look at why its runs stop (the maximum runtime, the run's log), then run the pipeline again"
+        )
+    return checkpoint
+
+
+# A `pipeline_run` that finds its pipeline's or connector's lock held by a run in progress waits this
+# long for it. The run queue keeps a pipeline's own runs apart; what it cannot see is a batch run that
+# covers the pipeline, or a trigger's run requested in the same moment as a batch: those meet here.
+LOCK_WAIT_SECONDS = 30 * 60.0
+
+
+def owner_state(instance: dg.DagsterInstance, run_id: str) -> OwnerState:
+    """What the instance says of the run that owns a lock."""
     run = instance.get_run_by_id(run_id)
-    return run is not None and run.is_finished
+    if run is None:
+        return OwnerState.UNKNOWN
+    return OwnerState.ENDED if run.is_finished else OwnerState.RUNNING
 
 
 def _failed_urls_table(report: CrawlReport) -> str:
@@ -109,12 +162,16 @@ def crawl_partition(
     trigger_tags: Mapping[str, str],
     log: dg.DagsterLogManager,
     attempt: int = 1,
+    lock_wait: LockWait = NO_LOCK_WAIT,
+    resumable: bool = False,
 ) -> dict[str, Any]:
     """Crawl one pipeline's partition within `run`; the metadata of its materialization.
 
     Raises a Failure that is not retried when a guard refuses the crawl, and CrawlAttemptFailed,
     with the pipeline's retry policy, when anything else stops it. `trigger_tags` say what fired
-    it (a webhook delivery or an event id), so its payload is shown with the crawl.
+    it (a webhook delivery or an event id), so its payload is shown with the crawl. `lock_wait`:
+    how long the crawl waits for a lock another run in progress holds. `resumable`: the crawl keeps
+    a checkpoint, and goes on from the one the runs it retries left (`pipeline_run`'s crawls).
     """
     started_at = time.time()
     attempt_of = (run.run_id, partition_key)
@@ -125,11 +182,14 @@ def crawl_partition(
     except Exception as exc:
         raise CrawlAttemptFailed(_policies.get(attempt_of, RetryPolicy())) from exc
     _policy_read(attempt_of, plan.retry)
+    if resumable:
+        _runtime_tags(instance, run, plan)
     # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
         charge_key = crawl_charge_key(run.root_run_id or run.run_id, partition_key)
+        checkpoint = _checkpoint(run, plan, blob_store) if resumable else None
         report = execute_crawl(
             plan,
             run_id=run.run_id,
@@ -139,7 +199,9 @@ def crawl_partition(
             blob_store=blob_store.store(),
             crawler=crawler.crawler,
             previous_blob_key=previous.blob_key if previous else None,
-            run_ended=lambda owner: _run_ended(instance, owner),
+            owners=lambda owner: owner_state(instance, owner),
+            lock_wait=lock_wait,
+            checkpoint=checkpoint,
             progress=lambda done: log.info(f"pipeline {plan.pipeline_id}: {done}"),
         )
         start_urls = len(report.start_urls) if plan.site is not None else None
@@ -174,6 +236,8 @@ def crawl_partition(
             pages_discovered=report.pages_discovered,
             discovery_truncated=report.discovery_truncated if report.pages_discovered is not None else None,
             pages_duplicate=report.pages_duplicate,
+            pages_resumed=report.resumed or None,
+            resumed_from_run_id=run.root_run_id if report.resumed else None,
             start_urls=start_urls,
             start_urls_failed=report.start_urls_failed if start_urls is not None else None,
             min_success_ratio=threshold,
@@ -241,6 +305,14 @@ def crawl_results(
             trigger_tags=context.run.tags,
             log=context.log,
             attempt=context.retry_number + 1,
+            resumable=True,
+            lock_wait=LockWait(
+                seconds=LOCK_WAIT_SECONDS,
+                waiting=lambda owner: context.log.info(
+                    f"pipeline {context.partition_key}: run {owner} is crawling it (or its connector); "
+                    "this run crawls when that one ends"
+                ),
+            ),
         )
     except dg.Failure:
         raise

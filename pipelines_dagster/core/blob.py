@@ -59,7 +59,8 @@ class BlobInfo:
     last_modified: datetime
 
 
-def _segment_problem(segment: str) -> str | None:
+def segment_problem(segment: str) -> str | None:
+    """What makes `segment` unusable as one segment of a blob key, in words; None when it is fine."""
     if segment == "":
         return "has an empty segment; remove the doubled or trailing '/'"
     if segment in {".", ".."}:
@@ -81,7 +82,7 @@ def _key_problem(key: str) -> str | None:
         return "contains a backslash; separate segments with '/'"
     if key.startswith("/"):
         return "is absolute; drop the leading '/', keys are relative to the store's root"
-    return next(filter(None, map(_segment_problem, key.split("/"))), None)
+    return next(filter(None, map(segment_problem, key.split("/"))), None)
 
 
 def validate_key(key: str) -> str:
@@ -101,7 +102,7 @@ def _validate_prefix(prefix: str) -> str:
 def run_result_key(*, workspace_id: int | str, pipeline_id: int | str, run_id: str) -> str:
     """Where a pipeline run's raw crawl result is stored."""
     for name, value in (("workspace_id", workspace_id), ("pipeline_id", pipeline_id), ("run_id", run_id)):
-        if (problem := _segment_problem(str(value))) is not None:
+        if (problem := segment_problem(str(value))) is not None:
             raise InvalidBlobKeyError(f"{name} {value!r} cannot be used in a blob key: it {problem}.")
     return f"pipeline_runs/{workspace_id}/{pipeline_id}/{run_id}/result.jsonl"
 
@@ -235,7 +236,7 @@ class LocalBlobStore(BlobStore):
     def _walk(self, directory: Path, key_base: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
         try:
             with os.scandir(directory) as scan:
-                entries = [entry for entry in scan if _segment_problem(entry.name) is None]
+                entries = [entry for entry in scan if segment_problem(entry.name) is None]
         except (FileNotFoundError, NotADirectoryError):
             return
         # A directory sorts as "name/", since every key under it starts so; visiting entries in

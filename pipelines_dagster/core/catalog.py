@@ -32,7 +32,13 @@ from pipelines_dagster.core.connector_types import ineligible_reason, is_pipelin
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.schedule import ScheduleSpec, validate_interval
 from pipelines_dagster.core.site_config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_name, validate_urls
+from pipelines_dagster.core.validation import (
+    InvalidInputError,
+    validate_choice,
+    validate_max_runtime,
+    validate_name,
+    validate_urls,
+)
 
 TOKEN_PREFIX = "pdk_"
 URLS_KEY = "INITIAL_URLS"
@@ -338,6 +344,8 @@ class PipelineChanges:
     """The connector it crawls (a template pipeline is seeded without one)."""
     schedule: ScheduleSpec | Keep | None = KEEP
     retry: RetryPolicy | Keep = KEEP
+    max_runtime_seconds: int | Keep | None = KEEP
+    """How long one run may take; None: the deployment's maximum runtime."""
 
 
 def _given(value: T | Keep) -> T | None:
@@ -419,6 +427,7 @@ def create_pipeline(
     enabled: bool = True,
     created_by: str | None = None,
     retry: RetryPolicy | None = None,
+    max_runtime_seconds: int | None = None,
     now: datetime | None = None,
 ) -> Pipeline:
     """A user pipeline over a connector of the workspace (None: uploads), checked as a whole first."""
@@ -428,6 +437,7 @@ def create_pipeline(
     spec = _checked_schedule(schedule) if schedule is not None else None
     own_urls = _own_urls(connector, urls) if urls is not None else None
     _one_folder(folder_name is not None, folder_id is not None)
+    max_runtime = validate_max_runtime(max_runtime_seconds) if max_runtime_seconds is not None else None
     pipeline = Pipeline(
         workspace_id=workspace_id,
         connector_id=connector_id,
@@ -437,6 +447,7 @@ def create_pipeline(
         enabled=enabled,
         created_by=created_by or workspace.owner_user_id,
         config={},
+        max_runtime_seconds=max_runtime,
     )
     set_initial_urls(pipeline, own_urls)
     (retry or RetryPolicy()).apply_to(pipeline)
@@ -481,6 +492,9 @@ def update_pipeline(
         set_schedule(session, pipeline, spec, now=moment)
     if not isinstance(changes.retry, Keep):
         changes.retry.apply_to(pipeline)
+    if changes.max_runtime_seconds is not KEEP:
+        runtime = _given(changes.max_runtime_seconds)
+        pipeline.max_runtime_seconds = validate_max_runtime(runtime) if runtime is not None else None
     if not isinstance(changes.enabled, Keep):
         pipeline.enabled = changes.enabled
     if pipeline.enabled and pipeline.connector_id is None and template_key(pipeline) is not None:

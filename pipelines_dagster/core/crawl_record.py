@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any, get_args
 
 from pipelines_dagster.core.blob import BlobStore
@@ -87,6 +88,28 @@ class CrawlRecord:
             fetched_at=outcome.fetched_at.isoformat(),
             links=links,
             canonical=canonical,
+        )
+
+    def outcome(self) -> CrawlOutcome:
+        """The outcome this record was stored from, as a crawl that resumes replays it."""
+        return CrawlOutcome(
+            url=self.url,
+            final_url=self.final_url or self.url,
+            status=self.status,
+            fetched_at=datetime.fromisoformat(self.fetched_at) if self.fetched_at else datetime.now(UTC),
+            elapsed=self.elapsed_seconds,
+            attempts=self.attempts,
+            http_status=self.http_status,
+            content=self.content,
+            metadata=dict(self.metadata),
+            error=self.error,
+            content_hash=self.content_hash,
+            raw_hash=self.raw_hash,
+            etag=self.etag,
+            last_modified=self.last_modified,
+            unchanged=self.unchanged,
+            links=tuple(self.links),
+            canonical=self.canonical,
         )
 
     @classmethod

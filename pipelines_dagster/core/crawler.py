@@ -77,10 +77,16 @@ class Crawler:
         return self.crawl_source(ListSource(urls), previous=previous)
 
     async def crawl_source(
-        self, source: UrlSource, *, previous: Mapping[str, PreviousFetch] | None = None
+        self,
+        source: UrlSource,
+        *,
+        previous: Mapping[str, PreviousFetch] | None = None,
+        replay: Callable[[str], CrawlOutcome | None] | None = None,
     ) -> AsyncIterator[CrawlOutcome]:
         """`crawl` over the URLs `source` hands out as the crawl goes: it may add URLs as outcomes
-        come back, and the crawl ends when it has none left and none is in flight."""
+        come back, and the crawl ends when it has none left and none is in flight. A URL `replay`
+        has an outcome for (an earlier run of the same crawl stored it) is not requested: that
+        outcome comes back in its place, so discovery goes on from it as from a fetch."""
         config = self.config
         known = previous or {}
         if not known:
@@ -112,6 +118,11 @@ class Crawler:
             try:
                 while True:
                     for url in source.take(window - len(pending)) if len(pending) < window else ():
+                        if replay is not None and (stored := replay(url)) is not None:
+                            task = asyncio.create_task(_replayed(stored))
+                            task.add_done_callback(finished.put_nowait)
+                            pending.add(task)
+                            continue
                         hint = known.get(url)
                         if hint is None:
                             self._start_workers_early()  # a page not seen before will need extracting
@@ -534,6 +545,10 @@ class _CrawlRun:
         if response.status != 200:
             return None
         return Protego.parse(response.body.decode("utf-8", errors="replace"))
+
+
+async def _replayed(outcome: CrawlOutcome) -> CrawlOutcome:
+    return outcome
 
 
 def _stored_as(key: str, outcome: CrawlOutcome) -> CrawlOutcome:

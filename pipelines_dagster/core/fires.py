@@ -81,6 +81,8 @@ class Taken(Generic[FireT]):
     """Pipelines whose enabled trigger fired while the pipeline is disabled: into nothing, no run."""
     busy: list[str] = field(default_factory=list)
     """Run keys of fires dropped because their pipeline was busy (schedules, which do not catch up)."""
+    held: int = 0
+    """Rows left pending because a pipeline they fire is busy: a later tick takes them (webhooks, events)."""
     again: list[str] = field(default_factory=list)
     """Run keys of fires marked more than GRACE ago with no run, offered again (also in `fires`)."""
 
@@ -90,6 +92,7 @@ class Taken(Generic[FireT]):
         self.skipped += other.skipped
         self.disabled_pipelines |= other.disabled_pipelines
         self.busy += other.busy
+        self.held += other.held
         self.again += other.again
 
 

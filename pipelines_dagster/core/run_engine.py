@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import gc
 import mmap
 import queue
@@ -27,6 +28,7 @@ from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, 
 from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
 from pipelines_dagster.core.catalog import initial_urls
+from pipelines_dagster.core.checkpoint import Checkpoint
 from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.crawl_record import CrawlRecord, StoredPage, read_crawl, write_crawl
 from pipelines_dagster.core.crawl_types import CrawlOutcome, ListSource, PreviousFetch, UrlSource
@@ -42,6 +44,10 @@ LOCK_TTL_SECONDS = 600.0
 # How often a crawl renews its locks, so it notices one lost (expired, deleted, a Redis restarted empty)
 # within this long and stops; the TTL only bounds how long a dead process's lock outlives it.
 LOCK_RENEW_SECONDS = 10.0
+# How often a crawl waiting for a lock another run holds asks for it again.
+_LOCK_POLL_SECONDS = 1.0
+RUN_IN_PROGRESS = "a run for this pipeline is already in progress"
+CONNECTOR_INDEXING = "connector is currently indexing; retry later"
 # How often a crawl waiting for its next page looks at its locks.
 _HALT_CHECK_SECONDS = 0.5
 # A long crawl reports how far it got at most this often, so its run log is not silent until it ends.
@@ -79,6 +85,8 @@ class RunPlan:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     site: SiteConfig | None = None
     """The bounds of a site crawl; None for a list crawl."""
+    max_runtime_seconds: int | None = None
+    """How long one run of the pipeline may take; None: the deployment's maximum runtime."""
 
     @property
     def most_pages(self) -> int:
@@ -115,6 +123,7 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         urls=tuple(dict.fromkeys(urls)),
         retry=RetryPolicy.of(pipeline),
         site=site,
+        max_runtime_seconds=pipeline.max_runtime_seconds,
     )
 
 
@@ -186,6 +195,8 @@ class CrawlReport:
     """A site crawl's pages fetched but not stored: redirects to, and canonical copies of, stored pages."""
     start_urls: frozenset[str] = frozenset()
     """A site crawl's start URLs, as its records name them; empty for a list crawl."""
+    resumed: int = 0
+    """Pages an earlier run of the same crawl stored in its checkpoint, replayed, not fetched again."""
     start_urls_failed: int = 0
     """A site crawl's start URLs that failed: all of them, and discovery had nowhere to go (`crawl_health`)."""
 
@@ -221,55 +232,111 @@ class CrawlProgress:
         return f"crawled {self.done} of {self.total} pages, {self.failed} failed, {self.pages_per_second:.1f} pages/s"
 
 
-class PreviousCrawl:
-    """The pipeline's last stored crawl, spooled to a temporary file.
+class _Spool:
+    """Byte strings by URL in a temporary file, read back through a memory map: a lookup never gives
+    up the GIL (reads that do, SQLite's or a file's, queued behind the crawl's thread at every page),
+    and what a read mapped is let go at once, so memory stays flat however large the spool is (the
+    file stays in the page cache)."""
 
-    Gives the crawler each URL's validators and hashes, and gives back an unchanged page's stored
-    content and metadata, without holding the old crawl in memory: only each URL's place in the
-    file is kept. The file is read through a memory map, so a lookup never gives up the GIL; reads
-    that do (SQLite's, a file's) queued behind the crawl's thread at every page of a re-crawl.
-    """
-
-    def __init__(self, records: Iterable[CrawlRecord] | None = None) -> None:
-        self.hints: dict[str, PreviousFetch] = {}
+    def __init__(self, items: Iterable[tuple[str, bytes]], *, prefix: str) -> None:
         self._spans: dict[str, tuple[int, int]] = {}
         # Deleted when closed, or by the system if the process dies first.
-        self._file = tempfile.TemporaryFile(prefix="previous-crawl-")  # noqa: SIM115 (closed by close())
-        for record in records or ():
-            if not record.succeeded:
-                continue
-            self.hints[record.url] = PreviousFetch(
-                etag=record.etag,
-                last_modified=record.last_modified,
-                raw_hash=record.raw_hash,
-                content_hash=record.content_hash,
-            )
-            stored = orjson.dumps([record.content, record.metadata, record.links, record.canonical])
-            self._spans[record.url] = (self._file.tell(), len(stored))
+        self._file = tempfile.TemporaryFile(prefix=prefix)  # noqa: SIM115 (closed by close())
+        for url, stored in items:
+            self._spans[url] = (self._file.tell(), len(stored))
             self._file.write(stored)
         self._file.flush()
         size = self._file.tell()
         self._map = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ) if size else None
 
-    def stored(self, url: str) -> StoredPage | None:
-        """What the previous crawl stored for `url`; None when it has no success for it."""
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def get(self, url: str) -> bytes | None:
         span = self._spans.get(url)
         if span is None or self._map is None:
             return None
         offset, length = span
-        content, metadata, links, canonical = orjson.loads(self._map[offset : offset + length])
-        # Each page is read once: let go of what its read mapped, so the process's memory stays flat
-        # however large the previous crawl was (the file stays in the page cache). The kernel maps
-        # a fault's whole aligned window, so the whole window goes.
+        stored = self._map[offset : offset + length]
+        # Each entry is read once. The kernel maps a fault's whole aligned window, so the whole window goes.
         start = offset - offset % _FAULT_WINDOW
         end = min(len(self._map), -(-(offset + length) // _FAULT_WINDOW) * _FAULT_WINDOW)
         self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
-        return StoredPage(content=content, metadata=metadata, links=links, canonical=canonical)
+        return stored
 
     def close(self) -> None:
         if self._map is not None:
             self._map.close()
         self._file.close()
+
+
+class PreviousCrawl:
+    """The pipeline's last stored crawl, spooled to a temporary file.
+
+    Gives the crawler each URL's validators and hashes, and gives back an unchanged page's stored
+    content and metadata, without holding the old crawl in memory: only each URL's place in the
+    file is kept.
+    """
+
+    def __init__(self, records: Iterable[CrawlRecord] | None = None) -> None:
+        self.hints: dict[str, PreviousFetch] = {}
+
+        def successes() -> Iterator[tuple[str, bytes]]:
+            for record in records or ():
+                if not record.succeeded:
+                    continue
+                self.hints[record.url] = PreviousFetch(
+                    etag=record.etag,
+                    last_modified=record.last_modified,
+                    raw_hash=record.raw_hash,
+                    content_hash=record.content_hash,
+                )
+                yield record.url, orjson.dumps([record.content, record.metadata, record.links, record.canonical])
+
+        self._spool = _Spool(successes(), prefix="previous-crawl-")
+
+    def stored(self, url: str) -> StoredPage | None:
+        """What the previous crawl stored for `url`; None when it has no success for it."""
+        stored = self._spool.get(url)
+        if stored is None:
+            return None
+        content, metadata, links, canonical = orjson.loads(stored)
+        return StoredPage(content=content, metadata=metadata, links=links, canonical=canonical)
+
+    def close(self) -> None:
+        self._spool.close()
+
+
+class ResumedCrawl:
+    """The records an earlier run of the same crawl stored in its checkpoint, spooled like the
+    previous crawl: the crawl replays them instead of fetching their URLs, and stores them as they were."""
+
+    def __init__(self, records: Iterable[CrawlRecord]) -> None:
+        self._spool = _Spool(((record.url, orjson.dumps(record)) for record in records), prefix="resumed-crawl-")
+        self._replayed: dict[int, CrawlRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._spool)
+
+    def replay(self, url: str) -> CrawlOutcome | None:
+        """The stored outcome of `url`, once; None when the earlier runs did not store it."""
+        stored = self._spool.get(url)
+        if stored is None:
+            return None
+        record = CrawlRecord.read(orjson.loads(stored))
+        outcome = record.outcome()
+        self._replayed[id(outcome)] = record
+        return outcome
+
+    def record_of(self, outcome: CrawlOutcome) -> CrawlRecord | None:
+        """The stored record `outcome` was replayed from; None for an outcome this run fetched."""
+        record = self._replayed.pop(id(outcome), None)
+        # An outcome the crawler stored under another URL is a new object; the id may be reused.
+        return record if record is not None and record.url == outcome.url else None
+
+    def close(self) -> None:
+        self._replayed.clear()
+        self._spool.close()
 
 
 def outcome_record(outcome: CrawlOutcome, previous: PreviousCrawl) -> CrawlRecord:
@@ -310,6 +377,7 @@ def iter_crawl(
     *,
     previous: Mapping[str, PreviousFetch],
     halt: Callable[[], None] | None = None,
+    replay: Callable[[str], CrawlOutcome | None] | None = None,
 ) -> Iterator[CrawlOutcome]:
     """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
 
@@ -334,7 +402,7 @@ def iter_crawl(
         task = asyncio.current_task()
         assert task is not None
         running.append((asyncio.get_running_loop(), task))
-        async for outcome in crawler.crawl_source(source, previous=previous):
+        async for outcome in crawler.crawl_source(source, previous=previous, replay=replay):
             if stop.is_set():
                 return
             try:
@@ -376,6 +444,32 @@ def iter_crawl(
         worker.join()
 
 
+class OwnerState(enum.Enum):
+    """What the orchestrator says of a lock's owner (a run id)."""
+
+    RUNNING = "running"
+    """Queued or in progress: the lock is its own."""
+    ENDED = "ended"
+    """Ended: a lock it still owns was left by its dead process."""
+    UNKNOWN = "unknown"
+    """Not a run the orchestrator knows."""
+
+
+OwnerStates = Callable[[str], OwnerState]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockWait:
+    """How a crawl meets a lock another run holds: it waits up to `seconds` while that run is in
+    progress (0: refused at once); `waiting(owner)` is told once when it starts to wait."""
+
+    seconds: float = 0.0
+    waiting: Callable[[str], None] | None = None
+
+
+NO_LOCK_WAIT = LockWait()
+
+
 def _take_lock(
     held: ExitStack,
     locks: Locks,
@@ -383,7 +477,8 @@ def _take_lock(
     run_id: str,
     *,
     ttl_seconds: float,
-    run_ended: Callable[[str], bool] | None,
+    owners: OwnerStates | None,
+    wait: LockWait,
 ) -> HeldLock:
     """Hold `name` for the run until `held` closes; LockHeldError while a live owner has it.
 
@@ -391,7 +486,9 @@ def _take_lock(
     lock-release sensor frees it on its next tick, but a run started before that (a user's
     relaunch, the instance's retry of the dead run) would be refused while nothing runs. A lock
     the run owns itself is its own earlier attempt's, whose release failed (an outage of the locks'
-    backend, which failed that attempt too): the run's retry takes it again.
+    backend, which failed that attempt too): the run's retry takes it again. A lock a run in
+    progress holds is waited for, within `wait`: the run queue cannot hold a run back behind a
+    batch run that covers its pipeline, so two can start together, and the later one crawls after.
     """
 
     def hold() -> HeldLock:
@@ -399,16 +496,27 @@ def _take_lock(
             locks.hold(name, run_id, ttl_seconds=ttl_seconds, renew_every=min(LOCK_RENEW_SECONDS, ttl_seconds / 3))
         )
 
-    try:
-        return hold()
-    except LockHeldError:
-        owner = locks.owner_of(name)
-        ours = owner == run_id
-        if owner is None or not (ours or (run_ended is not None and run_ended(owner))):
-            raise
-        # Frees it only while that owner still has it: if another run took it in the meantime,
-        # the hold below is refused as it should be.
-        locks.release(name, owner)
+    deadline = time.monotonic() + wait.seconds
+    told = False
+    while True:
+        try:
+            return hold()
+        except LockHeldError:
+            owner = locks.owner_of(name)
+            if owner is None and time.monotonic() < deadline:
+                continue  # freed between the two calls
+            state = owners(owner) if owners is not None and owner is not None else OwnerState.UNKNOWN
+            if owner is not None and (owner == run_id or state is OwnerState.ENDED):
+                break
+            if state is not OwnerState.RUNNING or time.monotonic() >= deadline:
+                raise
+            if not told and wait.waiting is not None and owner is not None:
+                wait.waiting(owner)
+                told = True
+            time.sleep(min(_LOCK_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+    # Frees it only while that owner still has it: if another run took it in the meantime,
+    # the hold below is refused as it should be.
+    locks.release(name, owner)
     return hold()
 
 
@@ -440,15 +548,23 @@ def execute_crawl(
     crawler: Crawler,
     previous_blob_key: str | None,
     lock_ttl_seconds: float = LOCK_TTL_SECONDS,
-    run_ended: Callable[[str], bool] | None = None,
+    owners: OwnerStates | None = None,
+    lock_wait: LockWait = NO_LOCK_WAIT,
     progress: Callable[[CrawlProgress], None] | None = None,
     progress_every_seconds: float | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> CrawlReport:
     """Crawl the plan's URLs into a JSON Lines blob and charge the successes once per `charge_key`.
 
     Raises RunRefused for a held lock or missing credit, before any request is sent. A lock whose
-    owner `run_ended` says is a run that has ended is taken over instead. `progress` is called as
+    owner `owners` says is a run that has ended is taken over instead, and one a run in progress
+    holds is waited for within `lock_wait`. `progress` is called as
     pages complete, at most once every `progress_every_seconds` (PROGRESS_EVERY_SECONDS when None).
+
+    With a `checkpoint`, what the crawl fetches is also stored there as it goes (and once more when
+    it is stopped), and what earlier runs of the same crawl stored there is replayed, not fetched:
+    the crawl goes on where they stopped, and stores and charges the whole crawl, as one run would
+    have. The checkpoint is cleared once the crawl is stored and charged.
     """
     started = time.monotonic()
     key = run_result_key(workspace_id=plan.workspace_id, pipeline_id=plan.pipeline_id, run_id=run_id)
@@ -462,10 +578,11 @@ def execute_crawl(
                 pipeline_lock_name(plan.pipeline_id),
                 run_id,
                 ttl_seconds=lock_ttl_seconds,
-                run_ended=run_ended,
+                owners=owners,
+                wait=lock_wait,
             )
         except LockHeldError:
-            raise RunRefused("a run for this pipeline is already in progress") from None
+            raise RunRefused(RUN_IN_PROGRESS) from None
         try:
             connector_lock = _take_lock(
                 held,
@@ -473,10 +590,11 @@ def execute_crawl(
                 connector_lock_name(plan.connector_id),
                 run_id,
                 ttl_seconds=lock_ttl_seconds,
-                run_ended=run_ended,
+                owners=owners,
+                wait=lock_wait,
             )
         except LockHeldError:
-            raise RunRefused("connector is currently indexing; retry later") from None
+            raise RunRefused(CONNECTOR_INDEXING) from None
         try:
             billing.reserve(plan.workspace_id, plan.most_pages, idempotency_key=charge_key, run_id=run_id)
         except InsufficientCreditsError as exc:
@@ -484,6 +602,8 @@ def execute_crawl(
 
         previous = PreviousCrawl(_stored_records(blob_store, previous_blob_key))
         held.callback(previous.close)
+        resumed = ResumedCrawl(checkpoint.records() if checkpoint is not None else ())
+        held.callback(resumed.close)
         source = _source(plan, previous, held)
         # Normalized, as a site crawl's records name them; a list crawl's source has no stored keys.
         report.start_urls = frozenset(filter(None, map(source.stored_key, plan.urls)))
@@ -497,8 +617,14 @@ def execute_crawl(
 
         def records() -> Iterator[CrawlRecord]:
             next_progress = started + every
-            for outcome in iter_crawl(crawler, source, previous=previous.hints, halt=locks_held):
-                record = outcome_record(outcome, previous)
+            replay = resumed.replay if len(resumed) else None
+            for outcome in iter_crawl(crawler, source, previous=previous.hints, halt=locks_held, replay=replay):
+                record = resumed.record_of(outcome)
+                report.resumed += record is not None
+                if record is None:
+                    record = outcome_record(outcome, previous)
+                    if checkpoint is not None:
+                        checkpoint.add(record)
                 report.count(record)
                 yield record
                 if progress is not None and (now := time.monotonic()) >= next_progress:
@@ -512,8 +638,18 @@ def execute_crawl(
                         )
                     )
 
-        with _collector_off_old_objects():
-            report.bytes_written = write_crawl(blob_store, key, records())
+        try:
+            with _collector_off_old_objects():
+                report.bytes_written = write_crawl(blob_store, key, records())
+        except LockLost:
+            raise  # another run may crawl now: what this one fetched since is not its to keep
+        except BaseException:
+            # Stopped (past its maximum runtime, a failure): what it fetched since the last chunk is kept
+            # for the run that continues it.
+            if checkpoint is not None:
+                with contextlib.suppress(Exception):
+                    checkpoint.flush()
+            raise
         # A lock lost after the last page: another run may have crawled alongside, so nothing is charged.
         locks_held()
         charge = billing.charge(
@@ -531,5 +667,7 @@ def execute_crawl(
         report.newly_charged = charge.newly_charged
         report.pages_discovered, report.discovery_truncated = source.discovered, source.truncated
         report.pages_duplicate = source.duplicates
+        if checkpoint is not None:
+            checkpoint.clear()
     report.duration_seconds = time.monotonic() - started
     return report

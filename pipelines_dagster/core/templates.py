@@ -48,6 +48,8 @@ class Template:
     min_success_ratio: float = 0.8
     site: tuple[int, int] | None = None
     """A site crawl's (max depth, max pages) once given start URLs; None for a list crawl."""
+    max_runtime_seconds: int | None = None
+    """How long one of its runs may take; None: the deployment's maximum runtime."""
 
     @property
     def mode(self) -> str:
@@ -87,6 +89,8 @@ TEMPLATES: tuple[Template, ...] = (
         events=(EventType.REFRESH_REQUESTED,),
         site=(5, 10_000),
         min_success_ratio=0.9,
+        # Under its 6-hour cron; a slower site's sync is continued by new runs from what each stored.
+        max_runtime_seconds=5 * 3600,
     ),
     Template(
         key="faq_refresh",
@@ -184,6 +188,7 @@ def _seed(session: Session, workspace_id: int, template: Template, *, name: str,
         enabled=False,
         created_by=owner,
         config={TEMPLATE_KEY: template.key, THRESHOLD_KEY: template.min_success_ratio},
+        max_runtime_seconds=template.max_runtime_seconds,
     )
     template.retry.apply_to(pipeline)
     session.add(pipeline)

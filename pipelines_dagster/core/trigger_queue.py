@@ -12,13 +12,21 @@ interrupted tick). A tick that dies in between, or overruns the sensor timeout,
 leaves its rows taken without runs: a row taken for runs waits for them
 (`awaiting_run`) until a later tick sees them in Dagster, and one that has waited
 longer than the grace period is offered again under the same run keys.
+
+A row whose pipeline is busy (a run of it queued or in progress, a batch run that
+covers it, a UI launch of its partition) is left pending: its run would meet the
+other run's lock, and the run queue cannot hold it back behind a batch. A later
+tick takes it once the pipeline is free, so it runs after, once. An event owed to
+several pipelines requests the runs of the free ones and stays pending for the
+busy ones; its runs already made are known by their run keys and not asked again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -113,6 +121,11 @@ def _settle(session: Session, model: Queued, ids: list[int], now: datetime, *, l
         session.execute(sa.update(model).where(model.id.in_(lost)).values(requested_at=now))
 
 
+def _not_busy(busy: Set[int]) -> list[sa.ColumnElement[bool]]:
+    """Deliveries of pipelines not in `busy`."""
+    return [PipelineTrigger.pipeline_id.not_in(sorted(busy))] if busy else []
+
+
 def _delivery_rows(session: Session, *where: sa.ColumnElement[bool], limit: int) -> Sequence[DeliveryRow]:
     """Up to `limit` deliveries, oldest id first, with their trigger's and pipeline's switches, locked."""
     return session.execute(
@@ -146,10 +159,13 @@ def _delivery_taken(rows: Sequence[DeliveryRow]) -> Taken[DeliveryFire]:
     )
 
 
-def take_delivery_batch(sessions: sessionmaker[Session], *, limit: int, now: datetime) -> Taken[DeliveryFire]:
-    """Mark up to `limit` pending deliveries, oldest id first, and commit: the runs they owe."""
+def take_delivery_batch(
+    sessions: sessionmaker[Session], *, limit: int, now: datetime, busy: Set[int] = frozenset()
+) -> Taken[DeliveryFire]:
+    """Mark up to `limit` pending deliveries of pipelines not in `busy`, oldest id first, and commit:
+    the runs they owe. Those of busy pipelines stay pending."""
     with sessions() as session, session.begin():
-        rows = _delivery_rows(session, WebhookDelivery.requested_at.is_(None), limit=limit)
+        rows = _delivery_rows(session, WebhookDelivery.requested_at.is_(None), *_not_busy(busy), limit=limit)
         taken = _delivery_taken(rows)
         _mark(session, WebhookDelivery, [row[0] for row in rows], now, awaiting={f.delivery_id for f in taken.fires})
     return taken
@@ -159,9 +175,11 @@ def offer_lost_deliveries(
     sessions: sessionmaker[Session], runs: Runs, *, limit: int, now: datetime, grace: timedelta = GRACE
 ) -> Taken[DeliveryFire]:
     """Up to `limit` deliveries taken longer than `grace` ago whose run `runs` has not seen: offered
-    again (marked anew, waiting again); the others stop waiting."""
+    again (marked anew, waiting again); the others stop waiting. Those of busy pipelines wait on."""
     with sessions() as session, session.begin():
-        rows = _delivery_rows(session, *_lost(WebhookDelivery, now=now, grace=grace), limit=limit)
+        rows = _delivery_rows(
+            session, *_lost(WebhookDelivery, now=now, grace=grace), *_not_busy(runs.busy), limit=limit
+        )
         fires = _delivery_taken(rows).fires
         seen = runs.seen(fires)
         lost = [fire for fire in fires if fire.run_key not in seen]
@@ -242,13 +260,35 @@ def _event_taken(session: Session, events: Sequence[EventRow], *, again: bool = 
     return taken
 
 
-def take_event_batch(sessions: sessionmaker[Session], *, limit: int, now: datetime) -> Taken[EventFire]:
-    """Mark up to `limit` pending events, oldest id first, and commit: a run per subscribed pipeline concerned."""
+def _held_back(taken: Taken[EventFire], runs: Runs) -> set[int]:
+    """The events with a run owed to a busy pipeline, which wait for it; `taken` keeps the fires to
+    request now: not those, and not those a run was made for already (by an earlier tick that left
+    the event waiting)."""
+    owed = {fire.event_id for fire in taken.fires if fire.pipeline_id in runs.busy}
+    if not owed:
+        return set()
+    seen = runs.seen([fire for fire in taken.fires if fire.event_id in owed])
+    unseen = [fire for fire in taken.fires if fire.run_key not in seen]
+    held = {fire.event_id for fire in unseen if fire.pipeline_id in runs.busy}
+    taken.fires = [fire for fire in unseen if fire.pipeline_id not in runs.busy]
+    taken.held += len(held)
+    return held
+
+
+def take_event_batch(
+    sessions: sessionmaker[Session], runs: Runs, *, limit: int, now: datetime, after: int = 0
+) -> tuple[Taken[EventFire], int]:
+    """Mark up to `limit` pending events with ids above `after`, oldest first, and commit: a run per
+    subscribed pipeline concerned. An event with a run owed to a busy pipeline stays pending (its
+    other runs are requested). Also returns the highest id read, where the next batch starts."""
     with sessions() as session, session.begin():
-        events = _events(session, DomainEvent.requested_at.is_(None), limit=limit)
+        events = _events(session, DomainEvent.requested_at.is_(None), DomainEvent.id > after, limit=limit)
         taken = _event_taken(session, events)
-        _mark(session, DomainEvent, [event.id for event in events], now, awaiting={f.event_id for f in taken.fires})
-    return taken
+        held = _held_back(taken, runs)
+        marked = [event.id for event in events if event.id not in held]
+        awaiting = {fire.event_id for fire in taken.fires} - held
+        _mark(session, DomainEvent, marked, now, awaiting=awaiting)
+    return taken, max((event.id for event in events), default=after)
 
 
 def offer_lost_events(
@@ -261,7 +301,11 @@ def offer_lost_events(
         fires = _event_taken(session, events, again=True).fires
         seen = runs.seen(fires)
         lost = [fire for fire in fires if fire.run_key not in seen]
-        _settle(session, DomainEvent, [event.id for event in events], now, lost={f.event_id for f in lost})
+        # A lost run of a busy pipeline is not offered yet: its event is left as it is, to be looked at again.
+        waiting = {fire.event_id for fire in lost if fire.pipeline_id in runs.busy}
+        lost = [fire for fire in lost if fire.pipeline_id not in runs.busy]
+        settled = [event.id for event in events if event.id not in waiting]
+        _settle(session, DomainEvent, settled, now, lost={f.event_id for f in lost} - waiting)
     return Taken(fires=lost, rows=len(lost), again=[fire.run_key for fire in lost])
 
 
@@ -277,7 +321,18 @@ def take_deliveries(
     requested: the runs they owe."""
     moment = now or datetime.now(UTC)
     taken = offer_lost_deliveries(sessions, runs, limit=budget.batch_size, now=moment, grace=grace)
-    taken.add(take_within(take_delivery_batch, sessions, now=moment, budget=budget))
+    taken.add(take_within(partial(take_delivery_batch, busy=runs.busy), sessions, now=moment, budget=budget))
+    if runs.busy:
+        with sessions() as session:
+            taken.held = (
+                session.scalar(
+                    sa.select(sa.func.count())
+                    .select_from(WebhookDelivery)
+                    .join(PipelineTrigger, PipelineTrigger.id == WebhookDelivery.trigger_id)
+                    .where(WebhookDelivery.requested_at.is_(None), PipelineTrigger.pipeline_id.in_(sorted(runs.busy)))
+                )
+                or 0
+            )
     return taken
 
 
@@ -293,5 +348,13 @@ def take_events(
     marked requested: the runs they owe."""
     moment = now or datetime.now(UTC)
     taken = offer_lost_events(sessions, runs, limit=budget.batch_size, now=moment, grace=grace)
-    taken.add(take_within(take_event_batch, sessions, now=moment, budget=budget))
+    after = 0
+
+    def batch(sessions: sessionmaker[Session], *, limit: int, now: datetime) -> Taken[EventFire]:
+        # Past the events an earlier batch of this tick left pending, so none is read twice.
+        nonlocal after
+        taken, after = take_event_batch(sessions, runs, limit=limit, now=now, after=after)
+        return taken
+
+    taken.add(take_within(batch, sessions, now=moment, budget=budget))
     return taken

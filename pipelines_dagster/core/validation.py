@@ -74,3 +74,24 @@ def validate_name(name: str, *, field: str = "name", max_length: int = 200) -> s
     if any(ord(ch) < 32 for ch in cleaned):
         raise InvalidInputError(field, "must not contain control characters")
     return cleaned
+
+
+# A run's own maximum runtime: from 10 s (tests, and a pipeline that must never hold its slot long)
+# to a week. A crawl longer than its limit is continued by another run from what it stored.
+MIN_RUNTIME_SECONDS = 10
+MAX_RUNTIME_SECONDS = 7 * 24 * 3600
+
+
+def validate_max_runtime(seconds: object, *, field: str = "max_runtime_seconds") -> int:
+    """A whole number of seconds a run may take, within MIN_RUNTIME_SECONDS..MAX_RUNTIME_SECONDS."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int)
+        or not (MIN_RUNTIME_SECONDS <= seconds <= MAX_RUNTIME_SECONDS)
+    ):
+        raise InvalidInputError(
+            field,
+            f"must be a whole number of seconds from {MIN_RUNTIME_SECONDS} to {MAX_RUNTIME_SECONDS} (a week), "
+            f"got {seconds!r}; leave it out (or null) for the deployment's maximum runtime",
+        )
+    return seconds

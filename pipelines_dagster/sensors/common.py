@@ -1,7 +1,8 @@
 """The one trigger sensor: each kind of trigger is this shell over the core/ function that takes its fires.
 
 A tick reads what it needs from the instance first (known partitions, busy pipelines), then takes
-the fires, which commits their rows as claimed, and only builds the result in memory after that
+the fires, which commits their rows as claimed (a schedule drops the fire of a busy pipeline; a
+webhook delivery or an event waits for it, pending), and only builds the result in memory after that
 commit. A tick that dies in between leaves fires marked with no run: the take of a later tick
 asks the instance which of its marks have runs, and offers the others again (core/fires.py).
 """
@@ -105,7 +106,6 @@ def trigger_sensor(
     take: Take,
     rows: str,
     skipped_because: str,
-    skip_busy: bool = False,
     requests: Requests = a_run_each,
     seen: Seen = runs_requested,
     jobs: Sequence[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = (pipeline_run,),
@@ -113,10 +113,10 @@ def trigger_sensor(
     """A sensor that turns the fires `take` claims into run requests.
 
     `rows` names what a row is in the log ("deliveries"), `skipped_because` why a row fires
-    nothing. With `skip_busy`, the take is told the pipelines that have a run queued or in
-    progress and drops their fires, and any fire of a pipeline an earlier fire of the tick took
-    (schedules do not catch up); otherwise every fire gets its run, and the run queue runs a
-    pipeline's runs one at a time. `seen` tells the take which of its earlier marks have runs.
+    nothing. The take is told the pipelines that have a run queued or in progress (of any job: a
+    batch run holds each pipeline it covers), and decides what their fires do: a schedule's is
+    dropped (schedules do not catch up), a delivery's or an event's waits. `seen` tells the take
+    which of its earlier marks have runs.
     """
 
     @dg.sensor(
@@ -128,7 +128,7 @@ def trigger_sensor(
     )
     def evaluate(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
         known = known_partitions(context)
-        busy = frozenset(busy_pipelines(context.instance)) if skip_busy else frozenset()
+        busy = frozenset(busy_pipelines(context.instance))
         taken = take(app_db.sessions, InstanceRuns(context.instance, busy, seen))
         if taken.again:
             context.log.warning(
@@ -145,6 +145,10 @@ def trigger_sensor(
             )
         if taken.busy:
             context.log.info(f"skipped {len(taken.busy)} fires of busy pipelines: {taken.busy[:10]}")
+        if taken.held:
+            context.log.info(
+                f"{taken.held} {rows} wait for a run of their pipeline to end: a later tick starts their runs"
+            )
         return trigger_result(context, requests(taken.fires), known=known)
 
     return evaluate

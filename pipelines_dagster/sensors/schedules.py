@@ -64,8 +64,6 @@ def build_schedule_sensor(settings: Settings) -> dg.SensorDefinition:
         take=partial(take_due, budget=settings.schedule_budget),
         rows="due triggers",
         skipped_because="their pipeline is disabled, or their schedule is invalid (the trigger is disabled)",
-        # The trigger has been advanced either way: a skipped fire is not caught up later.
-        skip_busy=True,
         requests=partial(batched, run_batch_size=settings.run_batch_size),
         seen=scheduled_runs,
         jobs=(pipeline_run, pipeline_batch),

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline, PipelineTrigger
+from pipelines_dagster.core.run_engine import plan_run
 from pipelines_dagster.partitions import pipelines_partitions
 from tests.api.conftest import Tenant, new_tenant
 from tests.support.db import row_counts
@@ -94,6 +95,11 @@ INVALID_BODIES = [
     ({"name": "p", "retry_policy": {"delay_seconds": 0}}, ["retry_policy.delay_seconds"]),
     ({"name": "p", "retry_policy": {"delay_seconds": -1.5}}, ["retry_policy.delay_seconds"]),
     ({"name": "p", "retry_policy": {"jitter": True}}, ["retry_policy.jitter"]),
+    ({"name": "p", "max_runtime_seconds": 9}, ["max_runtime_seconds"]),
+    ({"name": "p", "max_runtime_seconds": 604801}, ["max_runtime_seconds"]),
+    ({"name": "p", "max_runtime_seconds": 60.5}, ["max_runtime_seconds"]),
+    ({"name": "p", "max_runtime_seconds": "3600"}, ["max_runtime_seconds"]),
+    ({"name": "p", "max_runtime_seconds": True}, ["max_runtime_seconds"]),
     (
         {"name": "", "urls": ["nope"], "schedule": {"cron": "61 * * * *", "timezone": "Nowhere/None"}},
         ["name", "schedule.cron", "schedule.timezone", "urls"],
@@ -193,6 +199,30 @@ def test_a_retry_policy_is_set_at_creation_shown_and_changed(client, tenant):
     assert client.get(path, headers=tenant.headers).json()["retry_policy"] == linear["retry_policy"]
     changed = client.put(path, headers=tenant.headers, json={"retry_policy": {"max_retries": 0}}).json()
     assert changed["retry_policy"]["max_retries"] == 0 and changed["retry_policy"]["backoff"] == "exponential"
+
+
+def test_a_max_runtime_is_set_at_creation_shown_changed_and_reset_to_the_deployments(client, sessions, tenant):
+    default = create(client, tenant, name="default").json()
+    assert default["max_runtime_seconds"] is None
+    long = create(client, tenant, name="long", max_runtime_seconds=14400).json()
+    assert long["max_runtime_seconds"] == 14400
+    path = f"{tenant.pipelines}/{long['id']}"
+    assert fields_of(client.put(path, headers=tenant.headers, json={"max_runtime_seconds": 5})) == [
+        "max_runtime_seconds"
+    ]
+    assert client.get(path, headers=tenant.headers).json()["max_runtime_seconds"] == 14400
+    assert client.put(path, headers=tenant.headers, json={"name": "renamed"}).json()["max_runtime_seconds"] == 14400
+    assert (
+        client.put(path, headers=tenant.headers, json={"max_runtime_seconds": 60}).json()["max_runtime_seconds"] == 60
+    )
+    with sessions() as session:
+        assert plan_run(session, long["id"]).max_runtime_seconds == 60
+    assert (
+        client.put(path, headers=tenant.headers, json={"max_runtime_seconds": None}).json()["max_runtime_seconds"]
+        is None
+    )
+    with sessions() as session:
+        assert plan_run(session, long["id"]).max_runtime_seconds is None
 
 
 def test_put_refuses_null_for_fields_that_have_no_null(client, tenant):

@@ -17,8 +17,10 @@ from click.testing import CliRunner
 from pipelines_dagster.app_db.engine import create_engine, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import Connector
+from pipelines_dagster.batch import pipeline_batch
 from pipelines_dagster.cli import main
 from pipelines_dagster.launch import PARTITION_TAG, GraphQLLauncher, launch_pipeline_run
+from pipelines_dagster.runs import batch_tags
 from pipelines_dagster.settings import DAGSTER_URL_ENV
 from tests.api.conftest import REPO_DIR, Tenant, Webserver, free_port, new_tenant, settings_for
 
@@ -66,6 +68,43 @@ def test_run_now_launches_a_queued_run_on_the_deployment(live, dagster_webserver
     }
     listed = client.get(f"{tenant.pipelines}/{pipeline_id}/runs", headers=tenant.headers).json()["runs"]
     assert [(r["run_id"], r["status"], r["trigger"]) for r in listed] == [(run_id, "queued", "manual")]
+
+
+def test_run_now_on_a_pipeline_with_a_run_queued_or_in_progress_is_a_409_naming_that_run(live, dagster_webserver):
+    client, tenant = live
+    pipeline_id = make_pipeline(client, tenant)
+    first = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers).json()["run_id"]
+    response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
+    assert response.status_code == 409
+    assert response.json()["detail"].startswith(
+        f"pipeline {pipeline_id} is busy: run {first} (pipeline_run, queued) is running it, so no second run is started"
+    )
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == [first]
+
+
+def test_run_now_on_a_pipeline_a_batch_run_covers_is_a_409_naming_the_batch(live, dagster_webserver):
+    client, tenant = live
+    covered, free = make_pipeline(client, tenant, name="covered"), make_pipeline(client, tenant, name="free")
+    tags = batch_tags([(covered, tenant.workspace_id)], trigger="scheduled")
+    batch = dagster_webserver.instance.create_run_for_job(
+        pipeline_batch,
+        run_config={
+            "ops": {
+                "run_pipelines": {
+                    "config": {"pipelines": [{"pipeline_id": covered, "workspace_id": tenant.workspace_id}]}
+                }
+            }
+        },
+        tags=tags,
+        status=dg.DagsterRunStatus.STARTED,
+    )
+    try:
+        response = client.post(f"{tenant.pipelines}/{covered}/run", headers=tenant.headers)
+        assert response.status_code == 409
+        assert f"run {batch.run_id} (pipeline_batch, started)" in response.json()["detail"]
+        assert client.post(f"{tenant.pipelines}/{free}/run", headers=tenant.headers).status_code == 202
+    finally:
+        dagster_webserver.instance.report_run_failed(batch)
 
 
 def test_a_disabled_pipeline_is_refused_with_the_reason_and_no_run(live, dagster_webserver):
@@ -190,17 +229,27 @@ def cli_env(monkeypatch, tmp_path, dagster_webserver: Webserver):
     return CliRunner()
 
 
-def test_cli_pipeline_run_prints_the_run_id(cli_env, live, dagster_webserver):
+def test_cli_pipeline_run_prints_the_run_id_and_refuses_a_second_while_the_first_is_queued(
+    cli_env, live, dagster_webserver
+):
     client, tenant = live
-    pipeline_id = make_pipeline(client, tenant)
-    args = ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(pipeline_id)]
-    text = cli_env.invoke(main, args, catch_exceptions=False)
+    pipeline_id, other = make_pipeline(client, tenant), make_pipeline(client, tenant, name="other")
+
+    def run(pipeline: int, *flags: str):
+        args = ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(pipeline), *flags]
+        return cli_env.invoke(main, args, catch_exceptions=False)
+
+    text = run(pipeline_id)
     assert text.exit_code == 0, text.output
-    as_json = json.loads(cli_env.invoke(main, [*args, "--json"], catch_exceptions=False).output)
-    assert as_json["pipeline_id"] == pipeline_id and as_json["id"] == as_json["run_id"]
-    assert sorted(run_ids(dagster_webserver.instance, tenant, pipeline_id)) == sorted(
-        [text.output.strip(), as_json["run_id"]]
+    run_id = text.output.strip()
+    # No daemon here: the first run stays queued, so the pipeline is busy.
+    again = run(pipeline_id)
+    assert (
+        again.exit_code == 1 and f"pipeline {pipeline_id} is busy: run {run_id} (pipeline_run, queued)" in again.output
     )
+    assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == [run_id]
+    as_json = json.loads(run(other, "--json").output)
+    assert as_json["pipeline_id"] == other and as_json["id"] == as_json["run_id"]
 
 
 def test_cli_pipeline_run_refusals_are_one_line_and_say_what_to_do(cli_env, live, monkeypatch, dagster_webserver):

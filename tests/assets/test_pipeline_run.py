@@ -9,6 +9,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
+import pipelines_dagster.assets.crawl_results as crawl_results_module
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
@@ -165,9 +166,10 @@ def test_a_second_run_while_one_holds_the_lock_fails_already_in_progress(stack: 
     assert stack.locks.owner_of(pipeline_lock_name(pipeline_id)) == "another-run"
 
 
-def test_locks_left_by_a_run_whose_process_died_are_taken_over_once_dagster_ends_it(stack: Stack):
+def test_locks_left_by_a_run_whose_process_died_are_taken_over_once_dagster_ends_it(stack: Stack, monkeypatch):
     """A run killed mid-crawl never releases its locks. The lock-release sensor frees them on its next
     tick; a run started before that (a relaunch, the instance's retry) must not be refused meanwhile."""
+    monkeypatch.setattr(crawl_results_module, "LOCK_WAIT_SECONDS", 0.0)
     workspace_id, pipeline_id = stack.pipeline(stack.site(1))
     with stack.sessions() as session:
         connector_id = session.get(Pipeline, pipeline_id).connector_id
@@ -222,7 +224,9 @@ def test_an_unchanged_recrawl_reuses_stored_content(embedded: Stack):
     assert materialization(second, "kb_documents")["documents_unchanged"] == 1
 
 
-def test_a_concurrent_second_run_fails_already_in_progress(embedded: Stack):
+def test_a_concurrent_second_run_waits_for_the_first_and_crawls_after_it(embedded: Stack):
+    """Two runs of one pipeline the run queue did not keep apart (a batch covering it, a trigger's run
+    requested in the same moment): the second waits for the first's lock, then crawls."""
     embedded.web.route("/slow", page("Slow", "Takes a while.", delay=2.5))
     workspace_id, pipeline_id = embedded.pipeline([embedded.web.url("/slow")])
     first: list = []
@@ -233,10 +237,17 @@ def test_a_concurrent_second_run_fails_already_in_progress(embedded: Stack):
         time.sleep(0.05)
     second = embedded.run(pipeline_id, workspace_id)
     runner.join()
-    assert not second.success
-    assert "a run for this pipeline is already in progress" in failure_message(second)
-    assert first[0].success
-    assert embedded.web.hits("/slow") == 1
+    assert first[0].success and second.success
+    [waited] = [
+        entry.user_message
+        for entry in embedded.instance.all_logs(second.run_id)
+        if "this run crawls when that one ends" in entry.user_message
+    ]
+    assert first[0].run_id in waited
+    # One after the other: the second's request came when the first had its answer.
+    assert embedded.web.hits("/slow") == 2
+    [one, two] = [request.received_at for request in embedded.web.requests if request.path == "/slow"]
+    assert two - one >= 2.5
 
 
 def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tmp_path):

@@ -25,7 +25,7 @@ from pipelines_dagster.core.templates import (
     seed_templates,
     template_of,
 )
-from pipelines_dagster.core.trigger_queue import take_event_batch
+from pipelines_dagster.core.trigger_queue import take_events
 from pipelines_dagster.core.triggers import (
     USER_DISABLED_REASON,
     create_webhook_trigger,
@@ -35,6 +35,7 @@ from pipelines_dagster.core.triggers import (
 )
 from pipelines_dagster.core.validation import InvalidInputError
 from tests.support.db import row_counts
+from tests.support.runs import KnownRuns
 
 pytestmark = pytest.mark.integration
 
@@ -70,11 +71,14 @@ def test_a_workspace_gets_every_template_disabled_its_manual_and_event_triggers_
     seeded = templates_of(sessions, workspace_id)
     assert sorted(report.created) == sorted(pipeline.id for pipeline in seeded.values()) and report.kept == []
     assert set(seeded) == {template.key for template in TEMPLATES} and len(TEMPLATES) >= 4
+    # A 10,000-page sync gets five hours a run, under its six-hourly cron.
+    assert seeded["site_sync"].max_runtime_seconds == 5 * 3600
     for key, pipeline in seeded.items():
         template = BY_KEY[key]
         assert not pipeline.enabled and pipeline.connector_id is None and not pipeline.system_managed
         assert (pipeline.name, pipeline.save_to_kb) == (template.name, template.save_to_kb)
         assert RetryPolicy.of(pipeline) == template.retry
+        assert pipeline.max_runtime_seconds == template.max_runtime_seconds
         assert "built-in template" in disabled_reason(pipeline)
         expected = [
             ("manual", None, True, None),
@@ -245,7 +249,7 @@ def test_a_disabled_templates_triggers_fire_into_nothing(sessions):
     # Every row due, so that what earlier tests left in a shared database is taken too; then ours.
     due, events = (
         drained(lambda: claim_due(sessions, limit=100, now=now)),
-        drained(lambda: take_event_batch(sessions, limit=100, now=now)),
+        drained(lambda: take_events(sessions, KnownRuns(), now=now)),
     )
     due_fires = [fire for fire in due.fires if fire.workspace_id == workspace_id]
     assert due_fires == [] and docs.id in due.disabled_pipelines

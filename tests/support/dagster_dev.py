@@ -24,11 +24,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.app_db.engine import create_engine, session_factory
+from pipelines_dagster import services
+from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
+from pipelines_dagster.core import catalog
+from pipelines_dagster.core.billing import Billing
 from tests.api.conftest import _location_loaded, free_port
 from tests.support.processes import stop_group
-from tests.support.web import WebServer
+from tests.support.web import WebServer, page
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -99,6 +102,51 @@ class Dev:
         body = answer.json()
         assert "errors" not in body, body["errors"]
         return body["data"]
+
+
+@dataclass(frozen=True)
+class Seeded:
+    workspace_id: int
+    connector_id: int
+    pipeline_id: int
+    urls: list[str]
+    save_to_kb: bool
+
+
+def seed(
+    dev: Dev,
+    name: str,
+    *,
+    pages: int = 3,
+    save_to_kb: bool = True,
+    delay: float = 0.0,
+    enabled: bool = True,
+    topic: str | None = None,
+    max_runtime_seconds: int | None = None,
+) -> Seeded:
+    """A workspace with credit and a web connector over `pages` pages of its own (under /{name}/, each
+    "Page n of {topic or name}.", titled "{topic or name} n"), and a pipeline over it."""
+    urls = []
+    for n in range(pages):
+        dev.site.route(f"/{name}/{n}", page(f"{topic or name} {n}", f"Page {n} of {topic or name}.", delay=delay))
+        urls.append(dev.site.url(f"/{name}/{n}"))
+    with transaction(dev.sessions) as session:
+        workspace = catalog.create_workspace(session, name=name, owner_user_id=f"owner-{name}").workspace
+        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
+        pipeline = services.create_pipeline(
+            session,
+            dev.instance,
+            workspace_id=workspace.id,
+            connector_id=connector.id,
+            name=name,
+            save_to_kb=save_to_kb,
+            folder_name=f"{name} docs" if save_to_kb else None,
+            enabled=enabled,
+            max_runtime_seconds=max_runtime_seconds,
+        )
+        seeded = Seeded(workspace.id, connector.id, pipeline.id, urls, save_to_kb)
+    Billing(dev.sessions, enabled=True, micros_per_crawl=1000).grant(seeded.workspace_id, 1_000_000)
+    return seeded
 
 
 def _sensors_ticked(instance: dg.DagsterInstance) -> bool:

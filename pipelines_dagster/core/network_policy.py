@@ -17,6 +17,22 @@ _CGNAT = ip_network("100.64.0.0/10")
 _UNIQUE_LOCAL = ip_network("fc00::/7")
 # NAT64 gateways forward 64:ff9b::a.b.c.d to the IPv4 address a.b.c.d.
 _NAT64 = ip_network("64:ff9b::/96")
+# Deprecated by RFC 3879 but still routed by some stacks as if private; Python counts it global.
+_SITE_LOCAL = ip_network("fec0::/10")
+
+
+def _tunnelled_ipv4(address: IPv6Address) -> IPv4Address | None:
+    """The IPv4 address an IPv6 form delivers to: IPv4-mapped (::ffff:a.b.c.d), NAT64 (64:ff9b::/96),
+    6to4 (2002:AABB:CCDD::/48 → relay to AA.BB.CC.DD) and Teredo (2001::/32 → its client's address)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -41,9 +57,7 @@ class NetworkPolicy:
         if any(address in network for network in self._networks):
             return None
         if isinstance(address, IPv6Address):
-            embedded = address.ipv4_mapped
-            if embedded is None and address in _NAT64:
-                embedded = IPv4Address(int(address) & 0xFFFFFFFF)
+            embedded = _tunnelled_ipv4(address)
             if embedded is not None:
                 reason = self.refusal(embedded)
                 return None if reason is None else f"the IPv6 form of {embedded}, {reason}"
@@ -63,6 +77,8 @@ class NetworkPolicy:
             return "carrier-grade NAT (RFC 6598)"
         if address in _UNIQUE_LOCAL:
             return "unique local (fc00::/7)"
+        if address in _SITE_LOCAL:
+            return "site-local (fec0::/10)"
         if address.is_reserved:
             return "reserved"
         if not address.is_global:

@@ -189,6 +189,9 @@ def test_a_private_or_loopback_address_is_refused_unless_the_deployment_allows_i
         f"http://[::1]:{receiver.port}{HOOK}",
         "http://169.254.169.254/latest/meta-data/",
         "http://192.168.1.10/hook",
+        "http://[2002:7f00:1::1]/hook",
+        "http://[2002:a9fe:a9fe::1]/latest/meta-data/",
+        "http://[fec0::1]/hook",
     ):
         refused = client.post(
             notifications(tenant), headers=tenant.headers, json={"url": url, "event_types": ["run.failed"]}

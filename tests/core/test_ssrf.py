@@ -64,6 +64,14 @@ def web() -> Iterator[WebServer]:
         ("::ffff:127.0.0.1", "loopback"),
         ("::ffff:169.254.169.254", "link-local"),
         ("64:ff9b::a00:1", "private network"),
+        # 6to4 relays to the IPv4 address in bits 16-48; Teredo to its (obfuscated) client address.
+        ("2002:a9fe:a9fe::1", "the IPv6 form of 169.254.169.254, link-local"),
+        ("2002:7f00:1::1", "the IPv6 form of 127.0.0.1, loopback"),
+        ("2002:a00:1:ffff::2", "the IPv6 form of 10.0.0.1, private network"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "the IPv6 form of 127.0.0.1, loopback"),
+        ("2001:0:4136:e378:8000:63bf:5601:5601", "the IPv6 form of 169.254.169.254, link-local"),
+        ("fec0::1", "site-local"),
+        ("feff:ffff::1", "site-local"),
     ],
 )
 def test_non_public_addresses_are_refused(address: str, reason: str) -> None:
@@ -71,7 +79,9 @@ def test_non_public_addresses_are_refused(address: str, reason: str) -> None:
     assert refusal is not None and reason in refusal
 
 
-@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:93.184.216.34"])
+@pytest.mark.parametrize(
+    "address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:93.184.216.34", "2002:808:808::1"]
+)
 def test_public_addresses_are_allowed(address: str) -> None:
     assert NetworkPolicy().refusal(ip_address(address)) is None
 

@@ -9,9 +9,6 @@ and the sensor, none for a run key the sensor already has a run for).
 from __future__ import annotations
 
 import os
-import select
-import signal
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -36,6 +33,7 @@ from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor
 from pipelines_dagster.settings import Settings
 from tests.sensors.test_trigger_sensors import evaluate, instance, make_pipeline  # noqa: F401  (instance: fixture)
+from tests.support.processes import kill_when_it_says
 from tests.support.webhooks import create_webhook, deliver
 
 pytestmark = pytest.mark.integration
@@ -52,24 +50,8 @@ def app_db(postgres_url: str) -> AppDatabaseResource:
 
 def kill_a_tick_after_its_commit(kind: str, instance: dg.DagsterInstance, app_db: AppDatabaseResource, log: Path):
     env = os.environ | {"KILLED_TICK_INSTANCE_REF": serialize_value(instance.get_ref())}
-    with log.open("wb") as errors:
-        tick = subprocess.Popen(
-            [sys.executable, "-m", "tests.sensors.killed_tick", kind, app_db.url],
-            cwd=REPO_DIR,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            start_new_session=True,
-        )
-        try:
-            ready, _, _ = select.select([tick.stdout], [], [], 120)
-            line = tick.stdout.readline() if ready else b""
-            assert line == b"committed\n", f"the tick did not reach its commit:\n{log.read_text()[-3000:]}"
-        finally:
-            os.killpg(tick.pid, signal.SIGKILL)
-            tick.wait()
-            tick.stdout.close()
-    assert tick.returncode == -signal.SIGKILL
+    command = [sys.executable, "-m", "tests.sensors.killed_tick", kind, app_db.url]
+    kill_when_it_says(command, b"committed\n", env=env, cwd=REPO_DIR, log=log)
 
 
 def submit(instance: dg.DagsterInstance, sensor: dg.SensorDefinition, requests: list[dg.RunRequest]) -> None:

@@ -21,7 +21,8 @@ class RetentionConfig(dg.Config):
 
 @dg.op(
     description="Delete crawl blobs, webhook deliveries and finished notification deliveries older than the "
-    "retention; keep each pipeline's latest crawl. Release the credit holds of runs that ended."
+    "retention; keep each pipeline's latest crawl. Remove the leftovers of killed blob writes. Release the credit "
+    "holds of runs that ended."
 )
 def apply_retention_op(
     context: dg.OpExecutionContext,
@@ -43,7 +44,8 @@ def apply_retention_op(
     context.log.info(
         f"deleted {len(report.blobs_deleted)} crawl blobs (kept {report.blobs_kept}) "
         f", {report.deliveries_deleted} webhook deliveries and {report.notifications_deleted} notification "
-        f"deliveries older than {config.retention_days} days; released {holds_released} credit holds of ended runs"
+        f"deliveries older than {config.retention_days} days; removed {report.abandoned_writes_removed} "
+        f"abandoned blob writes; released {holds_released} credit holds of ended runs"
     )
     return dg.Output(
         None,
@@ -52,6 +54,7 @@ def apply_retention_op(
             "blobs_kept": report.blobs_kept,
             "deliveries_deleted": report.deliveries_deleted,
             "notifications_deleted": report.notifications_deleted,
+            "abandoned_writes_removed": report.abandoned_writes_removed,
             "credit_holds_released": holds_released,
         },
     )

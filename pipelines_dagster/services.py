@@ -1,17 +1,21 @@
 """Catalog changes that Dagster must see at once: a pipeline's partition comes and goes with it.
 
-The CLI and the HTTP API both go through these, inside the caller's transaction:
-the partition is registered before the commit, so a failure leaves neither.
+The CLI and the HTTP API both go through these, inside the caller's transaction; the partition
+is added or removed once that transaction commits, so a failure or a kill before the commit leaves
+no partition without its pipeline. A kill just after the commit leaves Dagster behind the catalog,
+and the partition sync sensor catches up on its next tick.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from pipelines_dagster.app_db.engine import after_commit
 from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.templates import SeedReport, seed_templates
@@ -30,23 +34,23 @@ def create_workspace(
 def seed_workspace(session: Session, instance: dg.DagsterInstance, workspace_id: int) -> SeedReport:
     """The built-in templates the workspace lacks, each with its partition."""
     report = seed_templates(session, workspace_id)
-    add_pipeline_partitions(instance, report.created)
+    after_commit(session, partial(add_pipeline_partitions, instance, report.created))
     return report
 
 
 def create_connector(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Connector:
     connector = catalog.create_connector(session, **fields)
-    system_pipelines = session.scalars(sa.select(Pipeline.id).where(Pipeline.connector_id == connector.id))
-    add_pipeline_partitions(instance, system_pipelines)
+    system_pipelines = list(session.scalars(sa.select(Pipeline.id).where(Pipeline.connector_id == connector.id)))
+    after_commit(session, partial(add_pipeline_partitions, instance, system_pipelines))
     return connector
 
 
 def create_pipeline(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Pipeline:
     pipeline = catalog.create_pipeline(session, **fields)
-    add_pipeline_partitions(instance, [pipeline.id])
+    after_commit(session, partial(add_pipeline_partitions, instance, [pipeline.id]))
     return pipeline
 
 
 def delete_pipeline(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, pipeline_id: int) -> None:
     catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    remove_pipeline_partition(instance, pipeline_id)
+    after_commit(session, partial(remove_pipeline_partition, instance, pipeline_id))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
 
 if TYPE_CHECKING:
     import sqlite3
@@ -52,6 +52,50 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """One unit of work: commit on success, roll back everything on any error."""
     with factory() as session, session.begin():
         yield session
+
+
+_AFTER_COMMIT = "after_commit"
+
+
+def after_commit(session: Session, action: Callable[[], object]) -> None:
+    """Run `action` once the session's transaction commits; never if the part of it `action` was
+    registered in rolls back.
+
+    For what lives outside the database and stands for rows in it (a Dagster partition): done after the
+    commit, a kill in between leaves it missing, never standing for rows that were not committed.
+    An action that raises does so from the commit, which has happened.
+    """
+    if _AFTER_COMMIT not in session.info:
+        session.info[_AFTER_COMMIT] = []
+        sa.event.listen(session, "after_commit", _run_after_commit)
+        sa.event.listen(session, "after_soft_rollback", _drop_rolled_back)
+    # The innermost transaction: a savepoint rolled back drops the actions registered inside it.
+    session.info[_AFTER_COMMIT].append((session.get_nested_transaction() or session.get_transaction(), action))
+
+
+def _run_after_commit(session: Session) -> None:
+    # Releasing a savepoint fires after_commit too; only the outermost transaction's commit counts.
+    if session.get_nested_transaction() is not None:
+        return
+    pending, session.info[_AFTER_COMMIT] = session.info[_AFTER_COMMIT], []
+    for _, action in pending:
+        action()
+
+
+def _drop_rolled_back(session: Session, rolled_back: SessionTransaction) -> None:
+    session.info[_AFTER_COMMIT] = [
+        (registered, action)
+        for registered, action in session.info[_AFTER_COMMIT]
+        if not _within(registered, rolled_back)
+    ]
+
+
+def _within(transaction: SessionTransaction | None, outer: SessionTransaction) -> bool:
+    while transaction is not None:
+        if transaction is outer:
+            return True
+        transaction = transaction.parent
+    return False
 
 
 def dialect_insert(

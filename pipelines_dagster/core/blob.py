@@ -34,6 +34,9 @@ JSONL_CONTENT_TYPE = "application/x-ndjson"
 # hidden files can never be mistaken for objects, and '.'/'..' cannot walk out of the root.
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 _EXAMPLE_KEY = "pipeline_runs/1/2/<run id>/result.jsonl"
+# The local backend's temp file for a write to "<name>": ".<name>.<mkstemp's random letters>.tmp".
+_TEMP_SUFFIX = ".tmp"
+_TEMP_NAME = re.compile(rf"\.{_SEGMENT.pattern}\.\w+{re.escape(_TEMP_SUFFIX)}")
 
 
 class InvalidBlobKeyError(ValueError):
@@ -154,6 +157,15 @@ class BlobStore(ABC):
     def url(self, key: str) -> str:
         """Where the object lives, for display (file:// or s3://)."""
 
+    @abstractmethod
+    def remove_abandoned_writes(self, *, older_than: datetime) -> int:
+        """Remove what writes begun before `older_than` left unfinished; return how many.
+
+        A write that fails cleans up after itself; one whose process is killed cannot, and leaves its
+        temp file (local) or multipart upload (S3, billed for its parts). Give a time before the start
+        of any write that may still be running.
+        """
+
     def write_jsonl(self, key: str, records: Iterable[object]) -> int:
         """Store one JSON object per line (UTF-8, compact): mappings or dataclasses; return the byte count."""
         # orjson: a crawl's lines are mostly page text, which it encodes several times faster than json.
@@ -183,7 +195,7 @@ class LocalBlobStore(BlobStore):
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Same directory as the target, so os.replace is an atomic rename on one filesystem.
-        fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMP_SUFFIX)
         try:
             with os.fdopen(fd, "wb") as file:
                 written = 0
@@ -255,6 +267,22 @@ class LocalBlobStore(BlobStore):
 
     def url(self, key: str) -> str:
         return self._path(key).as_uri()
+
+    def remove_abandoned_writes(self, *, older_than: datetime) -> int:
+        removed = 0
+        for directory, subdirectories, files in os.walk(self.root):
+            # Only the store's own directories: a hidden one is not ours.
+            subdirectories[:] = [name for name in subdirectories if segment_problem(name) is None]
+            for name in filter(_TEMP_NAME.fullmatch, files):
+                path = Path(directory, name)
+                try:
+                    # A write changes its file as it goes, so a temp file untouched since `older_than` is dead.
+                    if datetime.fromtimestamp(path.stat().st_mtime, UTC) < older_than:
+                        path.unlink()
+                        removed += 1
+                except FileNotFoundError:
+                    continue  # its write finished or failed meanwhile
+        return removed
 
 
 def _is_missing(error: ClientError) -> bool:
@@ -388,3 +416,15 @@ class S3BlobStore(BlobStore):
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._object_key(key)}"
+
+    def remove_abandoned_writes(self, *, older_than: datetime) -> int:
+        removed = 0
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for upload in page.get("Uploads", []):
+                if upload["Initiated"] < older_than and _key_problem(upload["Key"][len(self.prefix) :]) is None:
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+                    removed += 1
+        return removed

@@ -1,5 +1,5 @@
 """Retention: old crawl blobs, webhook deliveries and notification deliveries are deleted, each pipeline's
-latest crawl never."""
+latest crawl never; so are the leftovers of blob writes whose process was killed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DeliveryStatus, NotificationDelivery, WebhookDelivery
 from pipelines_dagster.core.blob import BlobStore
+from pipelines_dagster.core.validation import MAX_RUNTIME_SECONDS
 
 RUNS_PREFIX = "pipeline_runs/"
+# Blobs are written by runs, and no run outlives the longest max runtime a pipeline may be given (a week;
+# deploy/dagster.yaml's default is 2 h): a write begun a day before that belongs to a dead process,
+# never to one still writing.
+ABANDONED_WRITE_AGE = timedelta(seconds=MAX_RUNTIME_SECONDS) + timedelta(days=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +28,7 @@ class RetentionReport:
     blobs_kept: int
     deliveries_deleted: int
     notifications_deleted: int = 0
+    abandoned_writes_removed: int = 0
 
 
 def cutoff(now: datetime, days: int) -> datetime:
@@ -96,4 +102,5 @@ def apply_retention(
         blobs_kept=kept,
         deliveries_deleted=prune_webhook_deliveries(sessions, older_than=older_than),
         notifications_deleted=prune_notification_deliveries(sessions, older_than=older_than),
+        abandoned_writes_removed=store.remove_abandoned_writes(older_than=now - ABANDONED_WRITE_AGE),
     )

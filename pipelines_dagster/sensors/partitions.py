@@ -1,7 +1,5 @@
 """Keeps the `pipelines` partitions equal to the pipelines table: the safety net behind services.py."""
 
-import json
-
 import dagster as dg
 import sqlalchemy as sa
 
@@ -17,16 +15,15 @@ from pipelines_dagster.resources.app_db import AppDatabaseResource
     description="Adds partitions for new pipelines and removes those of deleted ones.",
 )
 def pipeline_partitions_sync(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
+    # Partitions first, then rows: a partition is only ever added once its pipeline has committed, so
+    # one read here whose row the later read lacks has lost its pipeline (deleted, or a creation killed
+    # before its commit when partitions came first) and is removed now.
+    existing = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     with app_db.sessions() as session:
         wanted = {partition_key(pipeline_id) for pipeline_id in session.scalars(sa.select(Pipeline.id))}
-    existing = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
-    # A pipeline is created with its partition inside one transaction, so a partition can
-    # briefly precede its committed row: remove one only when it was missing last tick too.
-    missing_before = set(json.loads(context.cursor)) if context.cursor else set()
-    missing_now = existing - wanted
     requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if added := sorted(wanted - existing):
         requests.append(pipelines_partitions.build_add_request(added))
-    if removed := sorted(missing_now & missing_before):
+    if removed := sorted(existing - wanted):
         requests.append(pipelines_partitions.build_delete_request(removed))
-    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=json.dumps(sorted(missing_now - set(removed))))
+    return dg.SensorResult(dynamic_partitions_requests=requests)

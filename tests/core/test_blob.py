@@ -223,6 +223,21 @@ def test_failed_write_keeps_the_previous_object(store: BlobStore, tmp_path: Path
         assert sorted(p.name for p in (tmp_path / "blobs").rglob("*")) == ["result.jsonl", "run"]
 
 
+def test_only_the_local_stores_own_temp_files_count_as_abandoned_writes(tmp_path: Path) -> None:
+    root = tmp_path / "blobs"
+    store = LocalBlobStore(root)
+    store.write_stream("run/result.jsonl", [b"kept"])
+    others = [root / "run" / ".notes", root / ".hidden" / ".result.jsonl.abc_1234.tmp", root / "run" / "x.tmp"]
+    for path in [root / "run" / ".result.jsonl.abc_1234.tmp", *others]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x")
+
+    assert store.remove_abandoned_writes(older_than=datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) == sorted(
+        ["run/result.jsonl", *(p.relative_to(root).as_posix() for p in others)]
+    )
+
+
 def test_readers_see_the_previous_object_while_a_write_is_in_progress(store: BlobStore) -> None:
     store.write_stream("k", [b"old"])
     seen: list[tuple[bytes, list[int]]] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import (
     NotificationAttempt,
     NotificationDelivery,
@@ -22,8 +23,9 @@ from pipelines_dagster.app_db.models import (
     WebhookDelivery,
 )
 from pipelines_dagster.core import catalog
-from pipelines_dagster.core.blob import LocalBlobStore, S3BlobStore, run_result_key
+from pipelines_dagster.core.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore, run_result_key
 from pipelines_dagster.core.retention import (
+    ABANDONED_WRITE_AGE,
     apply_retention,
     cutoff,
     prune_crawl_blobs,
@@ -32,8 +34,12 @@ from pipelines_dagster.core.retention import (
 )
 from pipelines_dagster.schedules import RetentionConfig, build_maintenance_schedule, maintenance
 from tests.assets.conftest import embedded, materialization, web  # noqa: F401  (fixtures)
+from tests.support.processes import kill_when_it_says
 
 NOW = datetime.now(UTC)
+REPO_DIR = Path(__file__).resolve().parents[2]
+# moto stamps every multipart upload as initiated at this instant, whenever it began.
+MOTO_INITIATED = datetime(2010, 11, 10, 20, 48, 33, tzinfo=UTC)
 
 
 def write(store, workspace_id: int, pipeline_id: int, run_id: str) -> str:
@@ -103,6 +109,41 @@ def test_retention_is_at_least_a_day():
         cutoff(NOW, 0)
 
 
+def unfinished_writes(store: BlobStore) -> list[int]:
+    """The sizes of the temp files (local) or the parts of the multipart uploads (S3) of unfinished writes."""
+    if isinstance(store, LocalBlobStore):
+        return [path.stat().st_size for path in store.root.rglob(".*.tmp")]
+    uploads = store.client.list_multipart_uploads(Bucket=store.bucket, Prefix=store.prefix).get("Uploads", [])
+    parts = (store.client.list_parts(Bucket=store.bucket, Key=u["Key"], UploadId=u["UploadId"]) for u in uploads)
+    return [part["Size"] for listed in parts for part in listed.get("Parts", [])]
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_write_killed_mid_object_is_removed_by_retention_once_no_live_run_can_own_it(
+    backend, request, sqlite_engine, tmp_path
+):
+    if backend == "local":
+        where = ["local", str(tmp_path / "blobs")]
+        store: BlobStore = LocalBlobStore(where[1])
+        begun = datetime.now(UTC)
+    else:
+        endpoint, bucket = request.getfixturevalue("s3_endpoint_url"), request.getfixturevalue("s3_bucket")
+        where = ["s3", endpoint, bucket, "retention"]
+        store = S3BlobStore(bucket, "retention", endpoint_url=endpoint)
+        begun = MOTO_INITIATED
+    key = run_result_key(workspace_id=1, pipeline_id=10, run_id="killed")
+    command = [sys.executable, "-m", "tests.core.killed_write", key, *where]
+    kill_when_it_says(command, b"writing\n", env=dict(os.environ), cwd=REPO_DIR, log=tmp_path / "write.log")
+    assert unfinished_writes(store) == [S3_MIN_PART_SIZE] and not store.exists(key)
+    sessions = session_factory(sqlite_engine)
+
+    # A day on it may be a long run's write still going: kept.
+    report = apply_retention(store, sessions, now=begun + timedelta(days=1), days=30)
+    assert report.abandoned_writes_removed == 0 and unfinished_writes(store) == [S3_MIN_PART_SIZE]
+    report = apply_retention(store, sessions, now=begun + ABANDONED_WRITE_AGE + timedelta(minutes=1), days=30)
+    assert report.abandoned_writes_removed == 1 and unfinished_writes(store) == []
+
+
 @pytest.fixture
 def trigger(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
@@ -167,6 +208,10 @@ def test_the_daily_maintenance_job_keeps_the_latest_crawl(embedded, tmp_path):
     # The latest crawl's blob looks older than the one before: only the event log says it is the latest.
     for key, days in zip(keys, [60, 40, 50], strict=True):
         age(root, key, days)
+    # What a run killed mid-write nine days ago left.
+    abandoned = f"{keys[0].rpartition('/')[0]}/.result.jsonl.k1ll3d_x.tmp"
+    (root / abandoned).write_bytes(b"x")
+    age(root, abandoned, 9)
     result = maintenance.execute_in_process(
         instance=embedded.instance,
         resources={key: embedded.resources()[key] for key in ("app_db", "blob_store", "billing")},
@@ -174,6 +219,9 @@ def test_the_daily_maintenance_job_keeps_the_latest_crawl(embedded, tmp_path):
     )
     assert result.success
     assert {blob.key for blob in embedded.blob.list("pipeline_runs/")} == {keys[1], keys[2]}
+    [output] = [event for event in result.all_events if event.is_successful_output]
+    assert output.event_specific_data.metadata["abandoned_writes_removed"].value == 1
+    assert not (root / abandoned).exists()
 
 
 def test_the_daily_maintenance_job_releases_the_holds_of_ended_runs_only(embedded):

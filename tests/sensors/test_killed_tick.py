@@ -1,5 +1,6 @@
 """A trigger sensor tick killed between committing its marks and returning its run requests, on
-PostgreSQL and a real Dagster instance: a later tick requests the fires it marked, and each runs once.
+PostgreSQL and a real Dagster instance: a later tick requests the fires it marked, and each runs once;
+likewise a `dagster sensor preview`, a tick whose requests nobody launches.
 
 The tick runs in a process of its own and is SIGKILLed once its takes have committed; the runs a
 tick requests are created in the instance as the sensor daemon creates them (tagged with the run key
@@ -9,9 +10,6 @@ and the sensor, none for a run key the sensor already has a run for).
 from __future__ import annotations
 
 import os
-import select
-import signal
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor
 from pipelines_dagster.settings import Settings
 from tests.sensors.test_trigger_sensors import evaluate, instance, make_pipeline  # noqa: F401  (instance: fixture)
+from tests.support.processes import kill_when_it_says
 from tests.support.webhooks import create_webhook, deliver
 
 pytestmark = pytest.mark.integration
@@ -52,24 +51,8 @@ def app_db(postgres_url: str) -> AppDatabaseResource:
 
 def kill_a_tick_after_its_commit(kind: str, instance: dg.DagsterInstance, app_db: AppDatabaseResource, log: Path):
     env = os.environ | {"KILLED_TICK_INSTANCE_REF": serialize_value(instance.get_ref())}
-    with log.open("wb") as errors:
-        tick = subprocess.Popen(
-            [sys.executable, "-m", "tests.sensors.killed_tick", kind, app_db.url],
-            cwd=REPO_DIR,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            start_new_session=True,
-        )
-        try:
-            ready, _, _ = select.select([tick.stdout], [], [], 120)
-            line = tick.stdout.readline() if ready else b""
-            assert line == b"committed\n", f"the tick did not reach its commit:\n{log.read_text()[-3000:]}"
-        finally:
-            os.killpg(tick.pid, signal.SIGKILL)
-            tick.wait()
-            tick.stdout.close()
-    assert tick.returncode == -signal.SIGKILL
+    command = [sys.executable, "-m", "tests.sensors.killed_tick", kind, app_db.url]
+    kill_when_it_says(command, b"committed\n", env=env, cwd=REPO_DIR, log=log)
 
 
 def submit(instance: dg.DagsterInstance, sensor: dg.SensorDefinition, requests: list[dg.RunRequest]) -> None:
@@ -196,9 +179,25 @@ def test_the_fires_of_a_tick_killed_after_its_commit_are_requested_again_and_eac
     instance, app_db, rows, tmp_path
 ):
     scenario = rows(app_db)
-    sensor, pipelines = scenario.sensor, scenario.pipelines
     kill_a_tick_after_its_commit(scenario.kind, instance, app_db, tmp_path / "tick.log")
-    # The killed tick marked them: a tick within the grace period requests nothing of ours.
+    offered_again_and_each_run_once(scenario, instance, app_db)
+
+
+def test_a_preview_of_the_webhook_sensor_launches_nothing_and_its_deliveries_are_offered_again(instance, app_db):
+    scenario = webhook_rows(app_db)
+    # `dagster sensor preview pipeline_webhooks` evaluates a tick on the instance as the daemon does
+    # (Dagster's get_external_sensor_execution) and prints its requests: it marks the deliveries taken
+    # and launches nothing.
+    previewed = ours(evaluate(scenario.sensor, instance, app_db), scenario.pipelines)
+    assert requested_fires(previewed, scenario.pipelines) == scenario.owed
+    offered_again_and_each_run_once(scenario, instance, app_db)
+
+
+def offered_again_and_each_run_once(scenario: Scenario, instance: dg.DagsterInstance, app_db) -> None:
+    """The fires a tick marked and never requested runs for are offered again once the grace period is
+    over, and then each runs once."""
+    sensor, pipelines = scenario.sensor, scenario.pipelines
+    # The lost tick marked them: a tick within the grace period requests nothing of ours.
     assert ours(evaluate(sensor, instance, app_db), pipelines) == []
     assert runs_per_fire(instance, scenario.owed) == dict.fromkeys(scenario.owed, 0)
 

@@ -1,8 +1,9 @@
-"""Starting servers for tests in their own process groups, and stopping them."""
+"""Starting servers for tests in their own process groups, and stopping or killing them."""
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -43,3 +44,22 @@ def stop_group(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def kill_when_it_says(command: list[str], line: bytes, *, env: dict[str, str], cwd: Path, log: Path) -> None:
+    """Run `command` in its own process group until it prints `line`, then SIGKILL the group there, as a
+    machine dies mid-work; fail with its log if it never gets there."""
+    with log.open("wb") as errors:
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errors, start_new_session=True
+        )
+        assert process.stdout is not None
+        try:
+            ready, _, _ = select.select([process.stdout], [], [], 120)
+            said = process.stdout.readline() if ready else b""
+            assert said == line, f"{command} did not get to print {line!r}:\n{log.read_text()[-3000:]}"
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            process.stdout.close()
+    assert process.returncode == -signal.SIGKILL

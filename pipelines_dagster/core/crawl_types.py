@@ -120,11 +120,21 @@ def distinct(urls: Iterable[str]) -> Iterator[str]:
             yield url
 
 
+@dataclass(frozen=True)
+class FetchedBody:
+    """What `CrawlAccess.fetch_body` read: the body, cut at its cap when `truncated`; or, with no
+    body, the `error` that says why."""
+
+    body: bytes | None = None
+    error: str | None = None
+    truncated: bool = False
+
+
 class CrawlAccess(Protocol):
     """What a source may ask of the crawl before it starts, through the crawl's own guards."""
 
-    def fetch_body(self, url: str, *, max_bytes: int) -> Awaitable[bytes | None]:
-        """The body a 200 answers at `url` with, or None."""
+    def fetch_body(self, url: str, *, max_bytes: int) -> Awaitable[FetchedBody]:
+        """The body a 200 answers at `url` with, read to `max_bytes` (decoded), or why there is none."""
         ...
 
     def robots_sitemaps(self, url: str) -> Awaitable[list[str]]:

@@ -19,6 +19,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pipelines_dagster.core.crawl_types import CrawlAccess
 from pipelines_dagster.core.frontier import Frontier, url_digest
+from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE
 from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.core.urls import Scope, normalize_url
 
@@ -105,6 +106,8 @@ class SiteSource(Generic[P]):
         """Sitemaps found but not read (not there, not a sitemap), each logged with why."""
         self.sitemaps_truncated = 0
         """Sitemaps read only to MAX_SITEMAP_BYTES or max pages."""
+        self.links_capped = 0
+        """Pages whose links reached MAX_LINKS_PER_PAGE: the links past it were not followed."""
         self._frontier = frontier
         self._stored_links = stored_links
         self._in_flight: dict[str, int] = {}
@@ -260,6 +263,14 @@ class SiteSource(Generic[P]):
         self._frontier.mark_seen(key)
         if depth >= self.config.max_depth:
             return
+        if not page.unchanged and len(page.links) >= MAX_LINKS_PER_PAGE:
+            self.links_capped += 1
+            logger.warning(
+                "page %s has %d links or more; only the first %d are followed",
+                key,
+                MAX_LINKS_PER_PAGE,
+                MAX_LINKS_PER_PAGE,
+            )
         for link in self._stored_links(page.url) if page.unchanged else page.links:
             self._admit(link, depth + 1)
 

@@ -190,6 +190,21 @@ class UrlSource(Protocol):
         """Pages a site crawl fetched but did not store, having them under another URL; None for a list."""
         ...
 
+    @property
+    def links_capped(self) -> int | None:
+        """Pages whose links a site crawl followed only to MAX_LINKS_PER_PAGE; None for a list."""
+        ...
+
+    @property
+    def sitemaps_skipped(self) -> int | None:
+        """Sitemaps a site crawl found but could not read; None for a list."""
+        ...
+
+    @property
+    def sitemaps_truncated(self) -> int | None:
+        """Sitemaps a site crawl read only to their cap; None for a list."""
+        ...
+
 
 class ListSource:
     """A fixed list of URLs, each crawled once, in order; redirects may lead anywhere the guards allow."""
@@ -197,7 +212,7 @@ class ListSource:
     wants_links = False
     discovered = None
     truncated = False
-    duplicates = None
+    duplicates = links_capped = sitemaps_skipped = sitemaps_truncated = None
 
     def __init__(self, urls: Iterable[str]) -> None:
         self._todo = distinct(urls)

@@ -94,8 +94,12 @@ class SiteSource(Generic[P]):
         frontier: Frontier,
         *,
         stored_links: Callable[[str], Sequence[str]] = lambda url: (),
+        warn: Callable[[str], None] = logger.warning,
     ) -> None:
+        """`warn` is told of what the crawl could not read whole (a sitemap skipped or cut, a page's links
+        capped): the run's log, where its user looks."""
         self.config = config
+        self._warn = warn
         self.scope = Scope.of(config)
         self.out_of_scope = 0
         """Discovered URLs refused for scope (another host, an excluded path, not http(s))."""
@@ -162,19 +166,16 @@ class SiteSource(Generic[P]):
                 sitemap = await asyncio.to_thread(parse)
             except SitemapError as exc:
                 self.sitemaps_skipped += 1
-                logger.warning("%s; skipped", exc)
+                self._warn(f"{exc}; skipped")
                 continue
             finally:
                 del fetched, parse  # the body, up to MAX_SITEMAP_BYTES: not kept while the next is fetched
             self.sitemaps_read += 1
             if sitemap.truncated:
                 self.sitemaps_truncated += 1
-                logger.warning(
-                    "sitemap %s lists more than was read (at most %d bytes and %d URLs); the entries before the "
-                    "cut are crawled",
-                    url,
-                    MAX_SITEMAP_BYTES,
-                    self.config.max_pages,
+                self._warn(
+                    f"sitemap {url} lists more than was read (at most {MAX_SITEMAP_BYTES} bytes and "
+                    f"{self.config.max_pages} URLs); the entries before the cut are crawled"
                 )
             todo += sitemap.sitemaps
             self.add_sitemap_urls(entry.loc for entry in sitemap.urls)
@@ -265,11 +266,8 @@ class SiteSource(Generic[P]):
             return
         if not page.unchanged and len(page.links) >= MAX_LINKS_PER_PAGE:
             self.links_capped += 1
-            logger.warning(
-                "page %s has %d links or more; only the first %d are followed",
-                key,
-                MAX_LINKS_PER_PAGE,
-                MAX_LINKS_PER_PAGE,
+            self._warn(
+                f"page {key} has {MAX_LINKS_PER_PAGE} links or more; only the first {MAX_LINKS_PER_PAGE} are followed"
             )
         for link in self._stored_links(page.url) if page.unchanged else page.links:
             self._admit(link, depth + 1)

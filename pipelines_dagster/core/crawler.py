@@ -666,13 +666,15 @@ class _Body:
     def add(self, pieces: Iterable[bytes]) -> bool:
         """Take pieces until the cap is passed; False once it was (with `cut`: read no more)."""
         for piece in pieces:
-            self.data += piece
-            if len(self.data) > self.cap.max_bytes:
+            room = self.cap.max_bytes - len(self.data)
+            if len(piece) > room:
                 if not self.cap.cut:
                     raise _Failed(f"body larger than {self.cap.max_bytes} bytes")
-                self.truncated = True
-                return False
+                piece, self.truncated = piece[:room], True
+            self.data += piece
             self.digest.update(piece)
+            if self.truncated:
+                return False
         return True
 
 

@@ -152,7 +152,8 @@ class SiteSource(Generic[P]):
             if url in seen or not self.scope.on_site(url):
                 continue
             seen.add(url)
-            fetched = await access.fetch_body(url, max_bytes=MAX_SITEMAP_BYTES)
+            # A byte past the cap, so the parser, which reads to the cap, sees that the sitemap goes on.
+            fetched = await access.fetch_body(url, max_bytes=MAX_SITEMAP_BYTES + 1)
             if fetched.body is None:
                 # Most often a site without one at /sitemap.xml: worth a line, not a warning.
                 self.sitemaps_skipped += 1

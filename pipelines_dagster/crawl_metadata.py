@@ -43,6 +43,12 @@ class CrawlMetadata:
     """A site crawl stopped discovering at max pages, so pages it did not find may still exist."""
     pages_duplicate: int | None = None
     """A site crawl's pages fetched but not stored, as copies of stored pages (redirects, rel=canonical)."""
+    pages_links_capped: int | None = None
+    """A site crawl's pages with more links than it follows from one page (10,000: the first are followed)."""
+    sitemaps_skipped: int | None = None
+    """A site crawl's sitemaps found but not read (not there, not a sitemap); the run log says why."""
+    sitemaps_truncated: int | None = None
+    """A site crawl's sitemaps read only to their cap (50 MiB, or max pages of URLs)."""
     pages_resumed: int | None = None
     """Pages an earlier run of this crawl stored before it was stopped (past its maximum runtime, its
     process killed), replayed from its checkpoint, not fetched or charged again; absent when none."""

@@ -203,6 +203,7 @@ def crawl_partition(
             lock_wait=lock_wait,
             checkpoint=checkpoint,
             progress=lambda done: log.info(f"pipeline {plan.pipeline_id}: {done}"),
+            warn=lambda message: log.warning(f"pipeline {plan.pipeline_id}: {message}"),
         )
         start_urls = len(report.start_urls) if plan.site is not None else None
         threshold, health = _judged(report, app_db, pipeline_id=plan.pipeline_id, start_urls=start_urls)
@@ -236,6 +237,9 @@ def crawl_partition(
             pages_discovered=report.pages_discovered,
             discovery_truncated=report.discovery_truncated if report.pages_discovered is not None else None,
             pages_duplicate=report.pages_duplicate,
+            pages_links_capped=report.pages_links_capped,
+            sitemaps_skipped=report.sitemaps_skipped,
+            sitemaps_truncated=report.sitemaps_truncated,
             pages_resumed=report.resumed or None,
             resumed_from_run_id=run.root_run_id if report.resumed else None,
             start_urls=start_urls,

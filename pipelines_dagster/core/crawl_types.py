@@ -120,11 +120,21 @@ def distinct(urls: Iterable[str]) -> Iterator[str]:
             yield url
 
 
+@dataclass(frozen=True)
+class FetchedBody:
+    """What `CrawlAccess.fetch_body` read: the body, cut at its cap when `truncated`; or, with no
+    body, the `error` that says why."""
+
+    body: bytes | None = None
+    error: str | None = None
+    truncated: bool = False
+
+
 class CrawlAccess(Protocol):
     """What a source may ask of the crawl before it starts, through the crawl's own guards."""
 
-    def fetch_body(self, url: str, *, max_bytes: int) -> Awaitable[bytes | None]:
-        """The body a 200 answers at `url` with, or None."""
+    def fetch_body(self, url: str, *, max_bytes: int) -> Awaitable[FetchedBody]:
+        """The body a 200 answers at `url` with, read to `max_bytes` (decoded), or why there is none."""
         ...
 
     def robots_sitemaps(self, url: str) -> Awaitable[list[str]]:
@@ -180,6 +190,21 @@ class UrlSource(Protocol):
         """Pages a site crawl fetched but did not store, having them under another URL; None for a list."""
         ...
 
+    @property
+    def links_capped(self) -> int | None:
+        """Pages whose links a site crawl followed only to MAX_LINKS_PER_PAGE; None for a list."""
+        ...
+
+    @property
+    def sitemaps_skipped(self) -> int | None:
+        """Sitemaps a site crawl found but could not read; None for a list."""
+        ...
+
+    @property
+    def sitemaps_truncated(self) -> int | None:
+        """Sitemaps a site crawl read only to their cap; None for a list."""
+        ...
+
 
 class ListSource:
     """A fixed list of URLs, each crawled once, in order; redirects may lead anywhere the guards allow."""
@@ -187,7 +212,7 @@ class ListSource:
     wants_links = False
     discovered = None
     truncated = False
-    duplicates = None
+    duplicates = links_capped = sitemaps_skipped = sitemaps_truncated = None
 
     def __init__(self, urls: Iterable[str]) -> None:
         self._todo = distinct(urls)

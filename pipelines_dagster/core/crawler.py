@@ -23,10 +23,12 @@ from urllib.parse import urljoin
 import httpx
 from protego import Protego
 
+from pipelines_dagster.core.body_decoder import ACCEPT_ENCODING, BodyDecoder, DecodingError
 from pipelines_dagster.core.crawl_types import (
     CrawlerConfig,
     CrawlOutcome,
     CrawlStatus,
+    FetchedBody,
     ListSource,
     PreviousFetch,
     UrlSource,
@@ -45,6 +47,12 @@ _ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9"
 # pages waiting for extraction do not pile up in memory.
 _WINDOW_PER_SLOT = 4
 _DRAIN_LIMIT = 64 * 1024
+# RFC 9309 (2.5): a crawler must parse at least the first 500 KiB of a robots.txt; the rest of a
+# larger one is not read.
+ROBOTS_MAX_BYTES = 500 * 1024
+# RFC 9309 (2.3.1.2): at least five consecutive redirects are followed for robots.txt, whatever
+# the crawl's own redirect limit.
+ROBOTS_MAX_REDIRECTS = 5
 
 
 class Crawler:
@@ -97,7 +105,7 @@ class Crawler:
         )
         async with httpx.AsyncClient(
             transport=PinnedTransport(guard, limits=limits),
-            headers={"User-Agent": config.user_agent, "Accept": _ACCEPT},
+            headers={"User-Agent": config.user_agent, "Accept": _ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
             timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
             follow_redirects=False,  # each hop is checked by _CrawlRun before it is requested
         ) as client:
@@ -198,7 +206,30 @@ class Crawler:
 
 
 class _Failed(Exception):
-    """Ends one URL as `failed`; the message is the outcome's reason."""
+    """Ends one URL as `failed`; the message is the outcome's reason. `unreachable`: the server
+    could not be reached or kept failing (5xx, 429, timeouts), rather than answered no."""
+
+    def __init__(self, reason: str, *, unreachable: bool = False) -> None:
+        super().__init__(reason)
+        self.unreachable = unreachable
+
+
+@dataclass(frozen=True)
+class _Cap:
+    """How much of a body is read: past `max_bytes` it is refused, or with `cut` kept to there."""
+
+    max_bytes: int
+    cut: bool = False
+
+
+@dataclass(frozen=True)
+class _RobotsDown:
+    """A robots.txt that answered 5xx or could not be reached: its host is not crawled this run."""
+
+    reason: str
+
+
+_Robots = Protego | _RobotsDown | None
 
 
 @dataclass
@@ -221,6 +252,8 @@ class _Response:
     charset: str | None = None
     body: bytes = b""
     raw_hash: str | None = None
+    truncated: bool = False
+    """The body went on past its cap, and was cut there."""
 
 
 class _CrawlRun:
@@ -248,7 +281,7 @@ class _CrawlRun:
         self._host_slots: dict[str, asyncio.Semaphore] = {}
         # Requests queued for a host[:port], to which a finished request hands its shared slot.
         self._queued: collections.Counter[str] = collections.Counter()
-        self._robots: dict[str, Protego | None] = {}
+        self._robots: dict[str, _Robots] = {}
         self._robots_locks: dict[str, asyncio.Lock] = {}
         self._crawl_delays: dict[str, float] = {}
         self._next_request_at: dict[str, float] = {}
@@ -319,17 +352,19 @@ class _CrawlRun:
         except Exception as exc:  # continue-on-fail: a bug met on one page must not end the crawl
             return outcome("failed", error=f"unexpected error: {exc!r}")
 
-    async def fetch_body(self, url: str, *, max_bytes: int) -> bytes | None:
-        """The body a 200 answers at `url` with (robots.txt, a sitemap), through every guard a page
-        request passes; None when there is none to read. Bodies over `max_bytes` are refused."""
+    async def fetch_body(self, url: str, *, max_bytes: int) -> FetchedBody:
+        """The body a 200 answers at `url` with (a sitemap), through every guard a page request
+        passes, read to `max_bytes` (decoded) and cut there; or why there is none."""
         progress = _Progress(final_url=url)
         try:
-            response = await self._fetch(url, previous=None, progress=progress, media_types=None)
-        except _Failed:
-            return None
-        if response.status != 200 or len(response.body) > max_bytes:
-            return None
-        return response.body
+            response = await self._fetch(
+                url, previous=None, progress=progress, media_types=None, cap=_Cap(max_bytes, cut=True)
+            )
+        except _Failed as exc:
+            return FetchedBody(error=str(exc))
+        if response.status != 200:
+            return FetchedBody(error=f"HTTP {response.status}")
+        return FetchedBody(body=response.body, truncated=response.truncated)
 
     async def _fetch(
         self,
@@ -338,12 +373,18 @@ class _CrawlRun:
         previous: PreviousFetch | None,
         progress: _Progress,
         media_types: frozenset[str] | None,
-        obey_robots: bool = True,
+        cap: _Cap | None = None,
+        robots_txt: bool = False,
     ) -> _Response:
-        """The final response for `url`, following redirects ourselves so every hop is checked."""
+        """The final response for `url`, following redirects ourselves so every hop is checked.
+
+        A `robots_txt` fetch is not itself subject to robots.txt, and follows ROBOTS_MAX_REDIRECTS
+        redirects wherever they lead (the crawl's scope is for pages), as RFC 9309 asks.
+        """
         current = _checked_url(url)
         progress.previous = previous
-        for _ in range(self._config.max_redirects + 1):
+        max_redirects = ROBOTS_MAX_REDIRECTS if robots_txt else self._config.max_redirects
+        for _ in range(max_redirects + 1):
             progress.final_url = current
             target = httpx.URL(current)  # parsed once per hop: host slot, robots origin and request
             host = _host(target)
@@ -353,11 +394,18 @@ class _CrawlRun:
             except AddressError as exc:
                 raise _Failed(str(exc)) from None
             except TimeoutError:
-                raise _Failed(f"resolving {host!r} timed out after {self._config.connect_timeout:g} s") from None
-            if obey_robots and self._config.obey_robots and not await self._robots_allow(current, target):
-                raise _Failed("disallowed by robots.txt")
+                raise _Failed(
+                    f"resolving {host!r} timed out after {self._config.connect_timeout:g} s", unreachable=True
+                ) from None
+            if not robots_txt and self._config.obey_robots:
+                await self._check_robots(current, target)
             response = await self._request(
-                target, host=host, previous=progress.previous, progress=progress, media_types=media_types
+                target,
+                host=host,
+                previous=progress.previous,
+                progress=progress,
+                media_types=media_types,
+                cap=cap or _Cap(self._config.max_body_bytes),
             )
             if response.status not in REDIRECT_STATUSES:
                 return response
@@ -365,13 +413,13 @@ class _CrawlRun:
             if not location:
                 raise _Failed(f"HTTP {response.status} redirect without a Location header")
             current = _checked_url(urljoin(current, location))
-            if not self._source.allows(current):
+            if not robots_txt and not self._source.allows(current):
                 raise _Failed(f"redirected out of the crawl's scope, to {current}; not followed")
             # A site crawl stores the page under the redirect's target: the next hop is conditional
             # on what the last crawl stored there.
             if progress.previous is None and (key := self._source.stored_key(current)) is not None:
                 progress.previous = self._previous.get(key)
-        raise _Failed(f"too many redirects (more than {self._config.max_redirects})")
+        raise _Failed(f"too many redirects (more than {max_redirects})")
 
     async def _request(
         self,
@@ -381,6 +429,7 @@ class _CrawlRun:
         previous: PreviousFetch | None,
         progress: _Progress,
         media_types: frozenset[str] | None,
+        cap: _Cap,
     ) -> _Response:
         """One hop's response, retrying 429, 5xx, timeouts and connection errors with backoff."""
         config = self._config
@@ -391,7 +440,9 @@ class _CrawlRun:
             progress.attempts = attempt
             retry_after: float | None = None
             try:
-                response = await self._send(url, host=host, headers=headers, media_types=media_types, progress=progress)
+                response = await self._send(
+                    url, host=host, headers=headers, media_types=media_types, progress=progress, cap=cap
+                )
             except (AddressError, HostBudgetError) as exc:
                 raise _Failed(str(exc)) from None
             except httpx.ConnectTimeout:
@@ -409,7 +460,9 @@ class _CrawlRun:
                 else:
                     raise _Failed(f"HTTP {response.status}")
             if attempt >= config.max_attempts:
-                raise _Failed(reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)")
+                raise _Failed(
+                    reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)", unreachable=True
+                )
             backoff = config.backoff_base * config.backoff_factor ** (attempt - 1)
             await asyncio.sleep(min(backoff if retry_after is None else retry_after, config.max_retry_delay))
 
@@ -421,8 +474,13 @@ class _CrawlRun:
         headers: dict[str, str],
         media_types: frozenset[str] | None,
         progress: _Progress,
+        cap: _Cap,
     ) -> _Response:
-        """One attempt. A 2xx body is read (checked for type and size) before the slots are freed."""
+        """One attempt. A 2xx body is read (checked for type and size) before the slots are freed.
+
+        The body is read raw and decoded here, piece by piece, so its cap bounds the decoded bytes
+        held, whatever the Content-Encoding: a gzip bomb costs the cap and one piece, no more.
+        """
         config = self._config
         delay = await self._pace(url)
         async with (
@@ -441,25 +499,26 @@ class _CrawlRun:
                     "only HTML, XHTML and plain text pages are crawled"
                 )
             declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > config.max_body_bytes:
-                raise _Failed(f"body larger than {config.max_body_bytes} bytes ({declared} declared)")
-            body = bytearray()
-            digest = hashlib.sha256()
+            if not cap.cut and declared.isdigit() and int(declared) > cap.max_bytes:
+                raise _Failed(f"body larger than {cap.max_bytes} bytes ({declared} declared)")
             try:
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > config.max_body_bytes:
-                        raise _Failed(f"body larger than {config.max_body_bytes} bytes")
-                    digest.update(chunk)
-            except httpx.DecodingError as exc:
-                raise _Failed(f"the body could not be decoded: {exc}") from None
+                decoder = BodyDecoder(response.headers.get("content-encoding"))
+                body = _Body(cap)
+                async for chunk in response.aiter_raw():
+                    if not body.add(decoder.feed(chunk)):
+                        break
+                else:
+                    body.add(decoder.finish())
+            except DecodingError as exc:
+                raise _Failed(str(exc)) from None
             return _Response(
                 status=response.status_code,
                 headers=response.headers,
                 media_type=media_type,
                 charset=response.charset_encoding,
-                body=bytes(body),
-                raw_hash=digest.hexdigest(),
+                body=bytes(body.data),
+                raw_hash=body.digest.hexdigest(),
+                truncated=body.truncated,
             )
 
     async def _pace(self, url: httpx.URL) -> float:
@@ -515,36 +574,59 @@ class _CrawlRun:
     async def robots_sitemaps(self, url: str) -> list[str]:
         """The sitemaps the robots.txt of `url`'s origin names (read once per crawl, as for its rules)."""
         rules = await self._robots_of(httpx.URL(url))
-        return list(rules.sitemaps) if rules is not None else []
+        return list(rules.sitemaps) if isinstance(rules, Protego) else []
 
-    async def _robots_allow(self, url: str, parts: httpx.URL) -> bool:
+    async def _check_robots(self, url: str, parts: httpx.URL) -> None:
+        """Raise _Failed when the origin's robots.txt disallows `url`, or could not be had."""
         rules = await self._robots_of(parts)
-        return rules is None or rules.can_fetch(url, self._config.user_agent)
+        if isinstance(rules, _RobotsDown):
+            raise _Failed(rules.reason)
+        if rules is not None and not rules.can_fetch(url, self._config.user_agent):
+            raise _Failed("disallowed by robots.txt")
 
-    async def _robots_of(self, parts: httpx.URL) -> Protego | None:
+    async def _robots_of(self, parts: httpx.URL) -> _Robots:
         origin = _origin(parts)
         if origin not in self._robots:
             # One robots.txt request per origin even when many of its URLs start together.
             async with self._robots_locks.setdefault(origin, asyncio.Lock()):
                 if origin not in self._robots:
                     rules = self._robots[origin] = await self._load_robots(origin)
-                    delay = rules.crawl_delay(self._config.user_agent) if rules is not None else None
+                    delay = rules.crawl_delay(self._config.user_agent) if isinstance(rules, Protego) else None
                     if delay:
                         self._crawl_delays[origin] = min(float(delay), self._config.max_crawl_delay)
         return self._robots[origin]
 
-    async def _load_robots(self, origin: str) -> Protego | None:
-        """The origin's robots.txt rules, or None (allow all) when it has none or cannot be read."""
+    async def _load_robots(self, origin: str) -> _Robots:
+        """The origin's robots.txt rules, as RFC 9309 reads them.
+
+        Its first ROBOTS_MAX_BYTES are parsed, however long it is. None (allow all) when it is
+        unavailable: a 4xx, more than ROBOTS_MAX_REDIRECTS redirects (2.3.1.2 lets a crawler take
+        that as unavailable), a redirect the guards refuse. A 5xx, a 429 (Google's reading: a
+        server asking to slow down has not said its pages are open), a timeout or a connection
+        error, each after the usual retries, make it unreachable: the origin is then completely
+        disallowed for this crawl (2.3.1.4), each of its URLs failing with the reason.
+        """
         robots_url = f"{origin}/robots.txt"
         try:
             response = await self._fetch(
-                robots_url, previous=None, progress=_Progress(robots_url), media_types=None, obey_robots=False
+                robots_url,
+                previous=None,
+                progress=_Progress(robots_url),
+                media_types=None,
+                cap=_Cap(ROBOTS_MAX_BYTES, cut=True),
+                robots_txt=True,
             )
-        except _Failed:
+        except _Failed as exc:
+            if not exc.unreachable:
+                return None
+            why = f"answered {exc}" if str(exc).startswith("HTTP ") else f"could not be reached: {exc}"
+            return _RobotsDown(
+                f"robots.txt {why}; the host is not crawled this run (RFC 9309: assume complete disallow), "
+                "the next crawl tries again"
+            )
+        if not 200 <= response.status < 300:
             return None
-        if response.status != 200:
-            return None
-        return Protego.parse(response.body.decode("utf-8", errors="replace"))
+        return Protego.parse(response.body[:ROBOTS_MAX_BYTES].decode("utf-8", errors="replace"))
 
 
 async def _replayed(outcome: CrawlOutcome) -> CrawlOutcome:
@@ -570,6 +652,30 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+class _Body:
+    """A body as its decoded pieces come, hashed, and held to its cap."""
+
+    def __init__(self, cap: _Cap) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.digest = hashlib.sha256()
+        self.truncated = False
+
+    def add(self, pieces: Iterable[bytes]) -> bool:
+        """Take pieces until the cap is passed; False once it was (with `cut`: read no more)."""
+        for piece in pieces:
+            room = self.cap.max_bytes - len(self.data)
+            if len(piece) > room:
+                if not self.cap.cut:
+                    raise _Failed(f"body larger than {self.cap.max_bytes} bytes")
+                piece, self.truncated = piece[:room], True
+            self.data += piece
+            self.digest.update(piece)
+            if self.truncated:
+                return False
+        return True
 
 
 async def _drain(response: httpx.Response) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import itertools
 import re
 import unicodedata
 from dataclasses import replace
@@ -15,7 +16,7 @@ import trafilatura
 from lxml.html import HtmlElement
 
 from pipelines_dagster.core.extracted import HTML_TYPES, Extracted
-from pipelines_dagster.core.links import PageLinks, page_links
+from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE, PageLinks, page_links
 from pipelines_dagster.core.text import storable
 
 METADATA_FIELDS = ("title", "description", "author", "date", "language")
@@ -40,6 +41,7 @@ def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str,
         return _extracted("", dict.fromkeys(METADATA_FIELDS))
     # Before trafilatura is handed the tree: page_links only reads it.
     found_links = page_links(tree, page_url=url) if links else PageLinks(links=[], canonical=None)
+    _drop_links_past_cap(tree)
     # Not `extensive`: scanning the whole text for dates would cost several times the extraction itself.
     found = trafilatura.extract_metadata(tree, default_url=url, extensive=False)
     metadata = {name: getattr(found, name) or None for name in METADATA_FIELDS}
@@ -48,6 +50,17 @@ def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str,
     markdown = trafilatura.extract(tree, url=url, output_format="markdown", include_tables=True)
     extracted = _extracted(markdown or "", metadata)
     return replace(extracted, links=tuple(found_links.links), canonical=found_links.canonical)
+
+
+def _drop_links_past_cap(tree: HtmlElement) -> None:
+    """Remove the anchors after the first MAX_LINKS_PER_PAGE (their text too; what follows them stays).
+
+    trafilatura's cost grows with the elements it weighs (link density, per node): a page of 240,000
+    links took 14 s and 700 MB to extract. Past the cap a page is a link farm or a generated index, and
+    the text its extra anchors carry is their labels, which the KB does not need.
+    """
+    for anchor in list(itertools.islice(tree.iter("a"), MAX_LINKS_PER_PAGE, None)):
+        anchor.drop_tree()
 
 
 def decode_body(body: bytes, *, charset: str | None, html: bool) -> str:

@@ -5,7 +5,7 @@ Not followed: links marked `rel=nofollow`, every link of a page whose robots met
 `nofollow` (or `none`), `download` links (files, not pages), and anything but http(s). The
 nofollow hints are honoured as the site's word on where crawlers need not go (login and logout
 links, sort and filter variants, calendars): the traps a crawl bounded by max pages should not
-spend its budget on.
+spend its budget on. At most MAX_LINKS_PER_PAGE are taken from a page, the first in document order.
 """
 
 from __future__ import annotations
@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from lxml.html import HtmlElement
 
 _LINK_TAGS = ("a", "area")
+# Links taken from one page: a site's real pages link to hundreds, an index to a few thousand; a
+# page with more is a link farm or a trap, whose every link resolved costs time and memory (a
+# 5 MiB page holds 240,000). Scrapy's and Firecrawl's crawls bound them likewise.
+MAX_LINKS_PER_PAGE = 10_000
+# Distinct hrefs read from one page, links or not (mailto:, javascript:, nofollow are resolved or
+# checked too): so a page of junk hrefs is as bounded as one of links.
+_MAX_HREFS_READ = 5 * MAX_LINKS_PER_PAGE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +40,7 @@ def page_links(tree: HtmlElement, *, page_url: str) -> PageLinks:
     """The links and canonical URL of a parsed page fetched from `page_url` (after redirects).
 
     Reads `tree` without changing it, so it can run before trafilatura is handed the same tree.
+    Stops at MAX_LINKS_PER_PAGE links (or _MAX_HREFS_READ hrefs): the rest are not even resolved.
     """
     root = tree.getroottree().getroot()
     base = _base_url(root, page_url=page_url)
@@ -57,6 +65,10 @@ def page_links(tree: HtmlElement, *, page_url: str) -> PageLinks:
         resolved.add(href)
         if (url := absolute_url(href, base=base)) is not None:
             links.setdefault(url)
+            if len(links) == MAX_LINKS_PER_PAGE:
+                break
+        if len(resolved) == _MAX_HREFS_READ:
+            break
     return PageLinks(links=list(links), canonical=canonical)
 
 

@@ -193,6 +193,12 @@ class CrawlReport:
     """A site crawl stopped discovering at max pages: its absences say nothing about the site."""
     pages_duplicate: int | None = None
     """A site crawl's pages fetched but not stored: redirects to, and canonical copies of, stored pages."""
+    pages_links_capped: int | None = None
+    """A site crawl's pages whose links were followed only to MAX_LINKS_PER_PAGE."""
+    sitemaps_skipped: int | None = None
+    """A site crawl's sitemaps found but not read (not there, not a sitemap)."""
+    sitemaps_truncated: int | None = None
+    """A site crawl's sitemaps read only to their cap (50 MiB) or to max pages."""
     start_urls: frozenset[str] = frozenset()
     """A site crawl's start URLs, as its records name them; empty for a list crawl."""
     resumed: int = 0
@@ -520,7 +526,7 @@ def _take_lock(
     return hold()
 
 
-def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack) -> UrlSource:
+def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack, warn: Callable[[str], None] | None) -> UrlSource:
     """The crawl's URLs: the plan's list, or a site crawl's discovery over a frontier on disk."""
     if plan.site is None:
         return ListSource(plan.urls)
@@ -534,7 +540,9 @@ def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack) -> UrlSourc
         stored = previous.stored(url)
         return stored.links if stored is not None else []
 
-    return SiteSource[CrawlOutcome](plan.site, frontier, stored_links=stored_links)
+    if warn is None:
+        return SiteSource[CrawlOutcome](plan.site, frontier, stored_links=stored_links)
+    return SiteSource[CrawlOutcome](plan.site, frontier, stored_links=stored_links, warn=warn)
 
 
 def execute_crawl(
@@ -553,6 +561,7 @@ def execute_crawl(
     progress: Callable[[CrawlProgress], None] | None = None,
     progress_every_seconds: float | None = None,
     checkpoint: Checkpoint | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> CrawlReport:
     """Crawl the plan's URLs into a JSON Lines blob and charge the successes once per `charge_key`.
 
@@ -604,7 +613,7 @@ def execute_crawl(
         held.callback(previous.close)
         resumed = ResumedCrawl(checkpoint.records() if checkpoint is not None else ())
         held.callback(resumed.close)
-        source = _source(plan, previous, held)
+        source = _source(plan, previous, held, warn)
         # Normalized, as a site crawl's records name them; a list crawl's source has no stored keys.
         report.start_urls = frozenset(filter(None, map(source.stored_key, plan.urls)))
 
@@ -667,6 +676,8 @@ def execute_crawl(
         report.newly_charged = charge.newly_charged
         report.pages_discovered, report.discovery_truncated = source.discovered, source.truncated
         report.pages_duplicate = source.duplicates
+        report.pages_links_capped = source.links_capped
+        report.sitemaps_skipped, report.sitemaps_truncated = source.sitemaps_skipped, source.sitemaps_truncated
         if checkpoint is not None:
             checkpoint.clear()
     report.duration_seconds = time.monotonic() - started

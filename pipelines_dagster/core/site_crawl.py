@@ -11,6 +11,7 @@ crawl stored. The crawler still applies the SSRF guard and robots.txt to every U
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -18,12 +19,14 @@ from typing import Generic, Protocol, TypeVar
 
 from pipelines_dagster.core.crawl_types import CrawlAccess
 from pipelines_dagster.core.frontier import Frontier, url_digest
+from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE
 from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.core.urls import Scope, normalize_url
 
 # Pages a sitemap lists are one link away from the start URLs.
 SITEMAP_DEPTH = 1
-# Sitemaps read per crawl (an index and its children), and the bytes of one, decompressed.
+# Sitemaps read per crawl (an index and its children), and the bytes of one, decompressed: the
+# sitemaps.org limit (50 MiB, 50,000 URLs), fetched under this cap rather than a page's.
 MAX_SITEMAPS = 50
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024
 # Pages held back until their rel=canonical's crawl ends, so the two can be compared.
@@ -50,6 +53,8 @@ class CrawledPage(Protocol):
 
 
 P = TypeVar("P", bound=CrawledPage)
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,14 +94,24 @@ class SiteSource(Generic[P]):
         frontier: Frontier,
         *,
         stored_links: Callable[[str], Sequence[str]] = lambda url: (),
+        warn: Callable[[str], None] = logger.warning,
     ) -> None:
+        """`warn` is told of what the crawl could not read whole (a sitemap skipped or cut, a page's links
+        capped): the run's log, where its user looks."""
         self.config = config
+        self._warn = warn
         self.scope = Scope.of(config)
         self.out_of_scope = 0
         """Discovered URLs refused for scope (another host, an excluded path, not http(s))."""
         self.duplicates = 0
         """Pages fetched but not stored: another URL of the crawl already had them."""
         self.sitemaps_read = 0
+        self.sitemaps_skipped = 0
+        """Sitemaps found but not read (not there, not a sitemap), each logged with why."""
+        self.sitemaps_truncated = 0
+        """Sitemaps read only to MAX_SITEMAP_BYTES or max pages."""
+        self.links_capped = 0
+        """Pages whose links reached MAX_LINKS_PER_PAGE: the links past it were not followed."""
         self._frontier = frontier
         self._stored_links = stored_links
         self._in_flight: dict[str, int] = {}
@@ -122,7 +137,9 @@ class SiteSource(Generic[P]):
         """Read the site's sitemaps (those robots.txt names, and /sitemap.xml) and admit their pages.
 
         Only sitemaps on the site's own hosts are fetched: nothing off the site is requested. A
-        sitemap that cannot be fetched or read is skipped; links still find the pages.
+        sitemap that cannot be fetched or read is skipped, and one longer than MAX_SITEMAP_BYTES
+        read to there; either is logged with why, and counted in `sitemaps_skipped` or
+        `sitemaps_truncated`. Links still find the pages.
         """
         from pipelines_dagster.core.sitemaps import SitemapError, parse_sitemap, sitemap_candidates
 
@@ -135,18 +152,32 @@ class SiteSource(Generic[P]):
             if url in seen or not self.scope.on_site(url):
                 continue
             seen.add(url)
-            body = await access.fetch_body(url, max_bytes=MAX_SITEMAP_BYTES)
-            if body is None:
+            # A byte past the cap, so the parser, which reads to the cap, sees that the sitemap goes on.
+            fetched = await access.fetch_body(url, max_bytes=MAX_SITEMAP_BYTES + 1)
+            if fetched.body is None:
+                # Most often a site without one at /sitemap.xml: worth a line, not a warning.
+                self.sitemaps_skipped += 1
+                logger.info("sitemap %s skipped: it could not be fetched: %s", url, fetched.error)
                 continue
             # Off the event loop: a large sitemap is seconds of parsing.
             parse = partial(
-                parse_sitemap, body, base_url=url, max_urls=self.config.max_pages, max_bytes=MAX_SITEMAP_BYTES
+                parse_sitemap, fetched.body, base_url=url, max_urls=self.config.max_pages, max_bytes=MAX_SITEMAP_BYTES
             )
             try:
                 sitemap = await asyncio.to_thread(parse)
-            except SitemapError:
+            except SitemapError as exc:
+                self.sitemaps_skipped += 1
+                self._warn(f"{exc}; skipped")
                 continue
+            finally:
+                del fetched, parse  # the body, up to MAX_SITEMAP_BYTES: not kept while the next is fetched
             self.sitemaps_read += 1
+            if sitemap.truncated:
+                self.sitemaps_truncated += 1
+                self._warn(
+                    f"sitemap {url} lists more than was read (at most {MAX_SITEMAP_BYTES} bytes and "
+                    f"{self.config.max_pages} URLs); the entries before the cut are crawled"
+                )
             todo += sitemap.sitemaps
             self.add_sitemap_urls(entry.loc for entry in sitemap.urls)
 
@@ -234,6 +265,11 @@ class SiteSource(Generic[P]):
         self._frontier.mark_seen(key)
         if depth >= self.config.max_depth:
             return
+        if not page.unchanged and len(page.links) >= MAX_LINKS_PER_PAGE:
+            self.links_capped += 1
+            self._warn(
+                f"page {key} has {MAX_LINKS_PER_PAGE} links or more; only the first {MAX_LINKS_PER_PAGE} are followed"
+            )
         for link in self._stored_links(page.url) if page.unchanged else page.links:
             self._admit(link, depth + 1)
 

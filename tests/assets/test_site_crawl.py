@@ -13,6 +13,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.core.crawl_record import read_crawl
+from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE
 from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from tests.assets.conftest import Stack, materialization
@@ -140,6 +141,24 @@ def test_a_crawl_stopped_at_max_pages_says_so(embedded: Stack, elsewhere: WebSer
     workspace_id, pipeline_id = embedded.pipeline([], site=site_config(start, max_pages=3))
     crawl = CrawlMetadata.read(materialization(embedded.run(pipeline_id, workspace_id), "crawl_results"))
     assert (crawl.urls_attempted, crawl.pages_discovered, crawl.discovery_truncated) == (3, 3, True)
+
+
+def test_what_a_site_crawl_could_not_read_whole_is_counted_and_told_in_its_run_log(embedded: Stack):
+    web = embedded.web
+    web.route(
+        "/robots.txt", Reply(body=f"User-agent: *\nSitemap: {web.url('/broken.xml')}\n", content_type="text/plain")
+    )
+    web.route("/broken.xml", Reply(body="this is not a sitemap", content_type=XML))
+    web.route("/", linked_page("Index", *(f"/p/{number}" for number in range(MAX_LINKS_PER_PAGE + 5))))
+    workspace_id, pipeline_id = embedded.pipeline([], site=site_config(web.url("/"), max_pages=3))
+    result = embedded.run(pipeline_id, workspace_id)
+    crawl = CrawlMetadata.read(materialization(result, "crawl_results"))
+    assert (crawl.pages_links_capped, crawl.sitemaps_truncated) == (1, 0)
+    # The broken sitemap, and /sitemap.xml, which the site does not have.
+    assert crawl.sitemaps_skipped == 2
+    logged = [entry.user_message for entry in embedded.instance.all_logs(result.run_id) if entry.dagster_event is None]
+    assert any("/broken.xml" in line and "skipped" in line for line in logged), logged
+    assert any(f"only the first {MAX_LINKS_PER_PAGE} are followed" in line for line in logged), logged
 
 
 def test_the_credit_check_asks_for_max_pages_before_any_request(embedded: Stack, elsewhere: WebServer):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import lxml.html
 import pytest
 
-from pipelines_dagster.core.links import PageLinks, links_of_html, page_links
+from pipelines_dagster.core.extract import extract_page
+from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE, PageLinks, links_of_html, page_links
 
 PAGE = "https://www.example.com/docs/guide/intro.html"
 
@@ -152,3 +153,26 @@ def test_the_body_is_decoded_by_its_charset_as_extraction_decodes_it():
 @pytest.mark.parametrize("html", [b"", b"   ", b"\x00\x01\x02"])
 def test_a_body_that_is_no_page_has_no_links(html):
     assert links_of_html(html, page_url=PAGE, charset=None) == PageLinks(links=[], canonical=None)
+
+
+def test_a_page_with_more_links_than_the_cap_yields_the_first_ones_in_document_order():
+    anchors = "".join(f'<a href="/p/{number}">{number}</a>' for number in range(MAX_LINKS_PER_PAGE + 500))
+    found = links(body('<a href="/p/0">again</a>' + anchors)).links
+    assert found == [f"https://www.example.com/p/{number}" for number in range(MAX_LINKS_PER_PAGE)]
+
+
+def test_a_page_of_hrefs_that_are_not_links_is_read_only_so_far():
+    junk = [f'<a href="mailto:user{number}@example.com">m</a>' for number in range(5 * MAX_LINKS_PER_PAGE)]
+    assert links(body("".join(junk) + '<a href="/past-the-junk">x</a>')).links == []
+    within = "".join(junk[: len(junk) // 2]) + '<a href="/within">x</a>'
+    assert links(body(within)).links == ["https://www.example.com/within"]
+
+
+def test_extraction_reads_a_page_only_to_its_first_links_and_keeps_the_text_after_them():
+    anchors = "".join(f'<a href="/p/{number}">label{number}</a> ' for number in range(MAX_LINKS_PER_PAGE + 500))
+    html = body(anchors + "<p>The closing paragraph explains what the index is for, in a sentence or two.</p>")
+    page = extract_page(html.encode(), media_type="text/html", charset="utf-8", url=PAGE, links=True)
+    assert len(page.links) == MAX_LINKS_PER_PAGE
+    # The anchors past the cap never reach trafilatura, whose cost grows with every element it weighs.
+    assert f"label{MAX_LINKS_PER_PAGE - 1}" in page.content and f"label{MAX_LINKS_PER_PAGE}" not in page.content
+    assert "The closing paragraph explains what the index is for" in page.content

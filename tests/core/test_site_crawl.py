@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import pytest
 
 from pipelines_dagster.core.frontier import Frontier
+from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE
 from pipelines_dagster.core.site_config import SiteConfig
 from pipelines_dagster.core.site_crawl import Discovered, SiteSource
 
@@ -188,3 +190,17 @@ def test_sitemap_pages_are_one_level_down_and_scoped():
         added = source.add_sitemap_urls([f"{SITE}/from-sitemap", "https://elsewhere.example.net/x", f"{SITE}/"])
         assert added == 1
         assert source.take(10) == [f"{SITE}/", f"{SITE}/from-sitemap"]
+
+
+def test_a_page_whose_links_reached_the_cap_is_counted_and_logged(caplog):
+    capped = [f"{SITE}/p/{number}" for number in range(MAX_LINKS_PER_PAGE)]
+    with Frontier(max_pages=100, max_depth=5) as frontier, caplog.at_level(logging.WARNING):
+        source = source_for(frontier)
+        [start] = source.take(1)
+        source.done(Discovered(url=start, links=capped))
+        [page] = source.take(1)
+        source.done(Discovered(url=page, links=capped[:10]))
+    assert source.links_capped == 1
+    assert [record.getMessage() for record in caplog.records] == [
+        f"page {SITE}/ has {MAX_LINKS_PER_PAGE} links or more; only the first {MAX_LINKS_PER_PAGE} are followed"
+    ]

@@ -887,11 +887,11 @@ def costs(
 @user_errors
 def api(host: str, port: int) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) with uvicorn."""
-    import uvicorn
-
     from pipelines_dagster.api import create_app
+    from pipelines_dagster.edge.server import serve
 
-    uvicorn.run(create_app(), host=host, port=port)
+    settings = load_settings()
+    serve(create_app(settings=settings), host=host, port=port, settings=settings)
 
 
 @main.group()

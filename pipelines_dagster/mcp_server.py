@@ -225,9 +225,12 @@ def mcp_command(token: str | None, over_http: bool, host: str, port: int) -> Non
         history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
         tools = WorkspaceTools(history, sessions)
         if over_http:
-            import uvicorn
+            from pipelines_dagster.edge.limits import RequestLimits
+            from pipelines_dagster.edge.server import serve
 
-            uvicorn.run(http_app(tools, host=host, only_workspace=token_workspace_id), host=host, port=port)
+            app = http_app(tools, host=host, only_workspace=token_workspace_id)
+            bounded = RequestLimits(app, max_headers=settings.max_headers, max_body_bytes=settings.max_body_bytes)
+            serve(bounded, host=host, port=port, settings=settings)
         else:
             assert token is not None  # required without --http, above
             # stdout carries the protocol: every log line goes to stderr.

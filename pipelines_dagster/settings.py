@@ -80,6 +80,21 @@ class Settings(BaseSettings):
         description="Where users reach the HTTP API (e.g. https://pipelines.example.com): the base of the links "
         "notifications carry; without it they carry ids only.",
     )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="The most bytes of request line and headers the API and MCP servers read of one request; "
+        "more is answered 431 and the connection closed.",
+    )
+    max_headers: int = Field(
+        default=100, ge=1, description="The most header lines one request to the API or MCP server may carry (431)."
+    )
+    max_body_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="The largest request body the API (webhooks aside: their cap is 1 MiB) and the MCP server "
+        "accept; a larger one is answered 413 before it is read.",
+    )
     crawler_allow_private_networks: bool = False
     crawler_allowed_networks: str = Field(
         default="",

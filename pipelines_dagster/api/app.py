@@ -28,6 +28,7 @@ from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.migrate import require_current
 from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.edge.limits import RequestLimits
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
@@ -45,11 +46,13 @@ token's own workspace; any other workspace id answers 404.
 
 Errors are JSON `{"detail": "<what went wrong and what to do>"}`; invalid input
 answers 422 with `{"detail": [{"field": "schedule.timezone", "message": "..."}]}`,
-one entry per field.
+one entry per field. Requests are bounded: headers over 64 KiB or 100 lines answer 431,
+a body over 1 MiB 413 (the server's settings may differ), and the connection closes.
 """
 
 
-_WEBHOOK_PATH = re.compile(r"/webhooks/[^/?#\s]+")
+_WEBHOOKS_PREFIX = "/webhooks/"
+_WEBHOOK_PATH = re.compile(_WEBHOOKS_PREFIX + r"[^/?#\s]+")
 REDACTED_WEBHOOK_PATH = "/webhooks/<redacted>"
 
 
@@ -126,6 +129,13 @@ def create_app(
         billing=Billing(sessions, enabled=settings.billing_enabled, micros_per_crawl=settings.micros_per_crawl),
     )
     install_error_handlers(app)
+    app.add_middleware(
+        RequestLimits,
+        max_headers=settings.max_headers,
+        max_body_bytes=settings.max_body_bytes,
+        # A webhook delivery reads its raw body itself, under the webhook cap, so its signature covers it all.
+        exempt_prefixes=(_WEBHOOKS_PREFIX,),
+    )
     _redact_access_log()
     for router in (
         connectors.router,

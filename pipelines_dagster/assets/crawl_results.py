@@ -13,6 +13,7 @@ from pipelines_dagster.assets.partition import partition_pipeline, refused
 from pipelines_dagster.core.checkpoint import Checkpoint, checkpoint_prefix
 from pipelines_dagster.core.costs import crawl_charge_key
 from pipelines_dagster.core.crawl_health import CrawlHealth, judge_crawl, success_threshold
+from pipelines_dagster.core.payload_summary import shown_payload
 from pipelines_dagster.core.retry import RetryPolicy
 from pipelines_dagster.core.run_engine import (
     NO_LOCK_WAIT,
@@ -258,9 +259,8 @@ def crawl_partition(
             origin = origin_of(trigger_tags)
             payload = trigger_payload(session, delivery_id=origin.delivery_id, event_id=origin.event_id)
         if payload is not None:
-            metadata["trigger_payload"] = (
-                dg.MetadataValue.json(payload) if isinstance(payload, dict | list) else str(payload)[:4096]
-            )
+            shown = shown_payload(payload)
+            metadata["trigger_payload"] = dg.MetadataValue.json(shown) if isinstance(shown, dict | list) else str(shown)
         if not plan.save_to_kb:
             metadata["kb_documents"] = "skipped: this pipeline keeps the raw crawl only (save to KB is off)"
     except RunRefused as exc:

@@ -14,16 +14,24 @@ import pytest
 
 
 def start_server(
-    command: list[str], *, env: dict[str, str], cwd: Path, log: Path, ready_url: str, timeout: float = 60
+    command: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    log: Path,
+    ready_url: str,
+    ready_status: int = 200,
+    timeout: float = 60,
 ) -> subprocess.Popen:
-    """Start a server in its own process group and wait until `ready_url` answers 200; fail with its log if not."""
+    """Start a server in its own process group and wait until `ready_url` answers `ready_status`; fail with its
+    log if not."""
     process = subprocess.Popen(
         command, cwd=cwd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
     )
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(ready_url, timeout=3).status_code == 200:
+            if httpx.get(ready_url, timeout=3).status_code == ready_status:
                 return process
         except httpx.HTTPError:
             pass

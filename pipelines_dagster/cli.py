@@ -111,6 +111,10 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise click.ClickException(str(exc)) from None
         except sa.exc.OperationalError as exc:
             raise click.ClickException(f"cannot reach the app database: {exc.orig}") from None
+        except sa.exc.IntegrityError:
+            # A duplicate is refused by its check, also when a concurrent command committed it first; what
+            # lands here lost another race with a concurrent change.
+            raise click.ClickException("a concurrent change touched what this command writes; run it again") from None
 
     return wrapper
 

@@ -60,7 +60,7 @@ from pipelines_dagster.core.signing import (
     validate_overlap,
 )
 from pipelines_dagster.core.signing import sign as sign_standard
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice
+from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_id
 
 WEBHOOK_TOKEN_PREFIX = "whk_"
 GITHUB_SIGNATURE_HEADER = "x-hub-signature-256"
@@ -451,8 +451,8 @@ def emit_event(
     get_workspace(session, workspace_id)
     body = dict(payload or {})
     for key in ("connector_id", "pipeline_id"):
-        if key in body and not isinstance(body[key], int):
-            raise InvalidInputError(f"payload.{key}", "must be an integer id")
+        if key in body:
+            validate_id(body[key], field=f"payload.{key}")
     event = DomainEvent(workspace_id=workspace_id, event_type=kind.value, payload=body)
     session.add(event)
     session.flush()

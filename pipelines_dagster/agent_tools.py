@@ -3,20 +3,26 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 import pydantic
+import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.core.costs import CostTotals, cost_totals
 from pipelines_dagster.core.page_changes import ChangeStatus, PageChangeView, list_changes
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.validation import Id, InvalidInputError, field_rule, in_utc, iso_8601_text
 from pipelines_dagster.history import MAX_LIMIT, PipelineRunView, RunHistory
 
 FINISHED_FORMAT = "%Y-%m-%d %H:%M UTC"
+# ISO 8601 text (a moment without a zone is read as UTC, as every time here is), refused when UTC cannot hold it.
+Moment = Annotated[datetime, pydantic.Field(strict=False), field_rule(iso_8601_text, before=True), field_rule(in_utc)]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,14 @@ class AgentTool:
             validated = self.arguments.model_validate(arguments)
         except pydantic.ValidationError as exc:
             return f"Invalid arguments for {self.name}: {self._problems(exc)}"
-        return self.handler(validated)
+        try:
+            return self.handler(validated)
+        except InvalidInputError as exc:
+            return f"Invalid arguments for {self.name}: {exc.field}: {exc.message}"
+        except sa.exc.SQLAlchemyError:
+            # The error's text holds the SQL statement and its parameters: for the log, not the conversation.
+            logger.exception("%s failed in the app database", self.name)
+            return f"{self.name} could not read the app database just now; try again shortly"
 
     def _problems(self, error: pydantic.ValidationError) -> str:
         accepted = ", ".join(self.arguments.model_fields)
@@ -63,7 +76,7 @@ class PipelineRunsArguments(pydantic.BaseModel):
     # Strict, like the schema the model sees: "5" is not an integer and true is not a pipeline id.
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, title="get_pipeline_runs")
 
-    pipeline_id: int | None = pydantic.Field(
+    pipeline_id: Id | None = pydantic.Field(
         default=None, description="Only this pipeline's runs; omit or null for every pipeline of the workspace."
     )
     limit: int = pydantic.Field(default=20, ge=1, le=MAX_LIMIT, description="How many runs, newest first.")
@@ -123,7 +136,7 @@ def _count(values: list[int | None], noun: str) -> str:
 class PageChangesArguments(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, title="get_page_changes")
 
-    pipeline_id: int | None = pydantic.Field(
+    pipeline_id: Id | None = pydantic.Field(
         default=None, description="Only this pipeline's pages; omit or null for every pipeline of the workspace."
     )
     status: ChangeStatus | None = pydantic.Field(
@@ -180,21 +193,15 @@ def _render_change(change: PageChangeView) -> str:
 class CostTotalsArguments(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, title="get_cost_totals")
 
-    pipeline_id: int | None = pydantic.Field(
+    pipeline_id: Id | None = pydantic.Field(
         default=None, description="Only this pipeline's charges; omit or null for every pipeline of the workspace."
     )
-    since: datetime | None = pydantic.Field(
-        default=None, strict=False, description="From this moment (ISO 8601, e.g. 2026-11-01T00:00:00Z); omit for all."
+    since: Moment | None = pydantic.Field(
+        default=None, description="From this moment (ISO 8601, e.g. 2026-11-01T00:00:00Z); omit for all."
     )
-    until: datetime | None = pydantic.Field(
-        default=None, strict=False, description="Up to this moment, excluded (ISO 8601); omit for up to now."
+    until: Moment | None = pydantic.Field(
+        default=None, description="Up to this moment, excluded (ISO 8601); omit for up to now."
     )
-
-    @pydantic.field_validator("since", "until")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        # A moment without a zone is read as UTC, as every time here is.
-        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session]) -> list[AgentTool]:
@@ -204,16 +211,13 @@ def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session
 
     def get_cost_totals(arguments: CostTotalsArguments) -> str:
         with sessions() as session:
-            try:
-                totals = cost_totals(
-                    session,
-                    workspace_id=workspace_id,
-                    since=arguments.since,
-                    until=arguments.until,
-                    pipeline_id=arguments.pipeline_id,
-                )
-            except InvalidInputError as exc:
-                return f"Invalid arguments for get_cost_totals: {exc}"
+            totals = cost_totals(
+                session,
+                workspace_id=workspace_id,
+                since=arguments.since,
+                until=arguments.until,
+                pipeline_id=arguments.pipeline_id,
+            )
         return render_costs(totals)
 
     return [

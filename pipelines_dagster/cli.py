@@ -51,7 +51,7 @@ from pipelines_dagster.core.triggers import (
     rotate_signing_secret,
     set_trigger_enabled,
 )
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.validation import MAX_ID, InvalidInputError
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.notifications import endpoints as notifications
 from pipelines_dagster.notifications.payloads import NotificationEvent
@@ -77,6 +77,9 @@ USER_ERRORS = (
     DatabaseNotReadyError,
     SettingsError,
 )
+
+# A row id, refused by click when no row can have it: a larger integer would overflow the id columns.
+ID = click.IntRange(1, MAX_ID)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
 
@@ -111,6 +114,10 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise click.ClickException(str(exc)) from None
         except sa.exc.OperationalError as exc:
             raise click.ClickException(f"cannot reach the app database: {exc.orig}") from None
+        except sa.exc.IntegrityError:
+            # A duplicate is refused by its check, also when a concurrent command committed it first; what
+            # lands here lost another race with a concurrent change.
+            raise click.ClickException("a concurrent change touched what this command writes; run it again") from None
 
     return wrapper
 
@@ -216,7 +223,7 @@ def templates_list(as_json: bool) -> None:
 
 
 @templates.command("seed")
-@click.option("--workspace", "workspace_id", type=int, default=None, help="Only this workspace [every workspace].")
+@click.option("--workspace", "workspace_id", type=ID, default=None, help="Only this workspace [every workspace].")
 @json_option
 @user_errors
 def templates_seed(workspace_id: int | None, as_json: bool) -> None:
@@ -266,7 +273,7 @@ def read_url_file(path: Path) -> list[str]:
 
 
 @connector.command("create")
-@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @click.option(
     "--type",
     "connector_type",
@@ -370,8 +377,8 @@ def workspace_ref(argument: str) -> Callable[[Callable[..., Any]], Callable[...,
     """`--workspace ID <ARGUMENT>`: pipelines and notification endpoints are always named within their workspace."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        command = click.argument(argument, type=int)(command)
-        return click.option("--workspace", "workspace_id", required=True, type=int)(command)
+        command = click.argument(argument, type=ID)(command)
+        return click.option("--workspace", "workspace_id", required=True, type=ID)(command)
 
     return decorate
 
@@ -453,8 +460,8 @@ max_runtime_option = click.option(
 
 
 @pipeline.command("create")
-@click.option("--workspace", "workspace_id", required=True, type=int)
-@click.option("--connector", "connector_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
+@click.option("--connector", "connector_id", required=True, type=ID)
 @click.option("--name", required=True)
 @click.option(
     "--save-to-kb/--no-save-to-kb",
@@ -463,7 +470,7 @@ max_runtime_option = click.option(
     help="Save pages as KB documents, or keep only the raw crawl result.",
 )
 @click.option("--folder", default=None, help="Destination KB folder (created if missing; root if omitted).")
-@click.option("--folder-id", type=int, default=None, help="Destination KB folder by id, instead of --folder.")
+@click.option("--folder-id", type=ID, default=None, help="Destination KB folder by id, instead of --folder.")
 @click.option("--url", "urls", multiple=True, help="A URL this pipeline crawls instead of its connector's; repeat.")
 @schedule_options
 @click.option("--disabled", is_flag=True, help="Create the pipeline switched off.")
@@ -569,10 +576,10 @@ def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
     "--save-to-kb/--no-save-to-kb", default=None, help="Save pages as KB documents, or keep only the raw crawl."
 )
 @click.option(
-    "--connector", "connector_id", type=int, default=None, help="The connector it crawls (a template's first)."
+    "--connector", "connector_id", type=ID, default=None, help="The connector it crawls (a template's first)."
 )
 @click.option("--folder", default=None, help="Destination KB folder by name (created if missing).")
-@click.option("--folder-id", type=int, default=None, help="Destination KB folder by id.")
+@click.option("--folder-id", type=ID, default=None, help="Destination KB folder by id.")
 @click.option("--no-folder", is_flag=True, help="Save into the KB root.")
 @click.option("--url", "urls", multiple=True, help="A URL this pipeline crawls instead of its connector's; repeat.")
 @click.option("--no-urls", is_flag=True, help="Crawl the connector's URLs again.")
@@ -631,7 +638,7 @@ def pipeline_update(
 
 
 @pipeline.command("list")
-@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @json_option
 @user_errors
 def pipeline_list(workspace_id: int, as_json: bool) -> None:
@@ -712,7 +719,7 @@ def _billing() -> Billing:
 
 
 @credits.command("grant")
-@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @click.option("--micros", required=True, type=click.IntRange(min=1), help="Micro-credits to add.")
 @json_option
 @user_errors
@@ -727,7 +734,7 @@ def credits_grant(workspace_id: int, micros: int, as_json: bool) -> None:
 
 
 @credits.command("show")
-@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @json_option
 @user_errors
 def credits_show(workspace_id: int, as_json: bool) -> None:
@@ -813,8 +820,8 @@ def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None
 
 
 @main.command("runs")
-@click.option("--workspace", "workspace_id", required=True, type=int)
-@click.option("--pipeline", "pipeline_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
+@click.option("--pipeline", "pipeline_id", required=True, type=ID)
 @click.option("--limit", default=20, show_default=True, type=int, help="Runs per page, 1 to 100.")
 @click.option("--cursor", default=None, help="`next_cursor` of the previous page.")
 @json_option
@@ -854,8 +861,8 @@ def _moment(context: click.Context, parameter: click.Parameter, value: str | Non
 
 
 @main.command("costs")
-@click.option("--workspace", "workspace_id", required=True, type=int)
-@click.option("--pipeline", "pipeline_id", default=None, type=int, help="Only this pipeline's charges.")
+@click.option("--workspace", "workspace_id", required=True, type=ID)
+@click.option("--pipeline", "pipeline_id", default=None, type=ID, help="Only this pipeline's charges.")
 @click.option("--since", default=None, callback=_moment, help="From this date or time (ISO 8601, UTC), included.")
 @click.option("--until", default=None, callback=_moment, help="Up to this date or time, excluded; default now.")
 @json_option
@@ -900,8 +907,8 @@ def trigger() -> None:
 
 
 @trigger.command("create")
-@click.option("--workspace", "workspace_id", required=True, type=int)
-@click.option("--pipeline", "pipeline_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
+@click.option("--pipeline", "pipeline_id", required=True, type=ID)
 @click.option(
     "--kind",
     required=True,
@@ -967,8 +974,8 @@ def trigger_create(
 
 
 @trigger.command("list")
-@click.option("--workspace", "workspace_id", required=True, type=int)
-@click.option("--pipeline", "pipeline_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
+@click.option("--pipeline", "pipeline_id", required=True, type=ID)
 @json_option
 @user_errors
 def trigger_list(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
@@ -1009,9 +1016,9 @@ def _switch_trigger(workspace_id: int, pipeline_id: int, trigger_id: int, enable
 def trigger_ref(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
-            click.option("--workspace", "workspace_id", required=True, type=int),
-            click.option("--pipeline", "pipeline_id", required=True, type=int),
-            click.option("--trigger", "trigger_id", required=True, type=int),
+            click.option("--workspace", "workspace_id", required=True, type=ID),
+            click.option("--pipeline", "pipeline_id", required=True, type=ID),
+            click.option("--trigger", "trigger_id", required=True, type=ID),
         ]
     ):
         command = option(command)
@@ -1079,7 +1086,7 @@ def event() -> None:
 
 
 @event.command("emit")
-@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @click.option("--type", "event_type", required=True, help="One of: " + ", ".join(m.value for m in EventType) + ".")
 @click.option("--payload", default="{}", help="A JSON object, e.g. '{\"connector_id\": 3}'.")
 @json_option
@@ -1151,7 +1158,7 @@ def show_endpoint(endpoint: NotificationEndpoint, as_json: bool) -> None:
 
 
 @notification.command("create")
-@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @click.option("--url", required=True, help="Where to POST: an http(s) URL the crawler may reach.")
 @click.option(
     "--event",
@@ -1159,7 +1166,7 @@ def show_endpoint(endpoint: NotificationEndpoint, as_json: bool) -> None:
     multiple=True,
     help="An event to hear of; repeat for more. One of: " + ", ".join(member.value for member in NotificationEvent),
 )
-@click.option("--pipeline", "pipeline_ids", multiple=True, type=int, help="Only this pipeline's events; repeat.")
+@click.option("--pipeline", "pipeline_ids", multiple=True, type=ID, help="Only this pipeline's events; repeat.")
 @click.option(
     "--credits-below",
     type=int,
@@ -1204,7 +1211,7 @@ def notification_create(
 
 
 @notification.command("list")
-@click.option("--workspace", "workspace_id", required=True, type=int)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @json_option
 @user_errors
 def notification_list(workspace_id: int, as_json: bool) -> None:
@@ -1386,7 +1393,7 @@ def notification_deliveries(workspace_id: int, endpoint_id: int, status: str | N
     "--delivery",
     "delivery_ids",
     multiple=True,
-    type=int,
+    type=ID,
     help="A delivery to send again, whatever its status; repeat. Without it, every failed delivery of the endpoint.",
 )
 @json_option

@@ -98,7 +98,13 @@ def build_server(tools: WorkspaceTools, workspace_of: WorkspaceOf) -> Server[Any
         if tool is None:
             raise MCPError(types.INVALID_PARAMS, f"no tool named {params.name!r}; the tools are {', '.join(listed)}")
         # The tools query the databases: in a worker thread, so a slow answer holds up no other request.
-        answer = await anyio.to_thread.run_sync(functools.partial(tool, **(params.arguments or {})))
+        try:
+            answer = await anyio.to_thread.run_sync(functools.partial(tool, **(params.arguments or {})))
+        except Exception:
+            # A tool answers bad arguments in its own text; anything else is ours, and its text (a query, a
+            # path) is for the log, not the client.
+            logger.exception("tool %s failed", params.name)
+            raise MCPError(types.INTERNAL_ERROR, f"{params.name} failed; the server log has the details") from None
         return types.CallToolResult(content=[types.TextContent(text=answer)])
 
     return Server(

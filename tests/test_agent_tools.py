@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
-from pipelines_dagster.agent_tools import build_page_change_tools, build_pipeline_run_tools
+import pytest
+
+from pipelines_dagster.agent_tools import build_cost_tools, build_page_change_tools, build_pipeline_run_tools
+from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
@@ -98,3 +101,31 @@ def test_page_changes_tool_is_scoped_to_its_workspace(embedded: Stack):
     assert "/q0" in their_tool() and str(urls[0]) not in their_tool()
     assert tool(status="same").startswith("Invalid arguments for get_page_changes: status:")
     assert "limit is not an argument" not in tool(limit="5") and tool(limit="5").startswith("Invalid arguments")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        # UTC cannot hold these; the database driver used to refuse them with the statement in its error.
+        ({"until": "9999-12-31T23:00:00-05:00"}, "until"),
+        ({"since": "0001-01-01T00:00:00+05:00"}, "since"),
+        ({"since": 99999999999}, "since"),
+        ({"since": "1700000000"}, "since"),
+        ({"pipeline_id": 2**63}, "pipeline_id"),
+        ({"pipeline_id": True}, "pipeline_id"),
+        ({"pipeline_id": 0}, "pipeline_id"),
+    ],
+)
+def test_the_cost_tool_names_a_bad_argument_and_never_shows_sql(sessions, arguments, named):
+    [tool] = build_cost_tools(workspace_id=1, sessions=sessions)
+    answer = tool(**arguments)
+    assert answer.startswith(f"Invalid arguments for get_cost_totals: {named}:"), answer
+    assert "select" not in answer.lower() and "[SQL" not in answer
+
+
+def test_a_database_error_is_answered_without_its_statement(tmp_path):
+    # Never migrated: every query fails, and the driver's error carries the statement.
+    engine = create_engine(f"sqlite:///{tmp_path / 'empty.sqlite3'}")
+    [tool] = build_cost_tools(workspace_id=1, sessions=session_factory(engine))
+    answer = tool(since="2026-01-01T00:00:00Z")
+    assert answer == "get_cost_totals could not read the app database just now; try again shortly"

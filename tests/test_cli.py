@@ -257,14 +257,19 @@ def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
     [
         (["--cron", "0 6 * *", "--timezone", "UTC"], "invalid cron expression"),
         (["--cron", "0 6 * * *", "--timezone", "Mars/Olympus"], "unknown timezone"),
+        (["--cron", "0 0 30 2 *", "--timezone", "UTC"], "--cron: cron expression '0 0 30 2 *' never fires"),
+        (["--cron", "0 6 * * *", "--timezone", "localtime"], "--timezone: unknown timezone 'localtime'"),
+        (["--cron", "0 6 * * *", "--timezone", "../../../etc/localtime"], "--timezone: unknown timezone"),
         (["--cron", "0 6 * * *"], "needs a timezone"),
         (["--cron", "0 6 * * *", "--timezone", "UTC", "--every-minutes", "5"], "not both"),
         (["--every-minutes", "0"], "1 or more"),
+        (["--every-minutes", "1000000000000"], "--every-minutes: must be a whole number of minutes"),
         (["--connector", "424242"], "connector 424242 is not in workspace"),
         (["--folder", ""], "--folder"),
         (["--retry-backoff", "fibonacci"], "--retry-backoff: unknown backoff 'fibonacci'"),
         (["--retry-max", "-1"], "--retry-max"),
-        (["--retry-delay", "0"], "--retry-delay: must be more than 0"),
+        (["--retry-delay", "0"], "--retry-delay: must be from 1 to 3600 seconds"),
+        (["--retry-delay", "1e-300"], "--retry-delay: must be from 1 to 3600 seconds"),
         (["--retry-delay", "-3"], "--retry-delay"),
         (["--max-runtime", "5"], "--max-runtime: must be a whole number of seconds from 10 to 604800"),
         (["--max-runtime", "1h"], "--max-runtime"),
@@ -278,6 +283,20 @@ def test_pipeline_create_bad_input_writes_nothing(cli, workspace, connector, ext
     result = cli("pipeline", "create", *args, *extra, ok=False)
     assert reason in result.output
     assert row_counts(cli.engine()) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["pipeline", "show", "--workspace", str(10**20), "1"],
+        ["pipeline", "show", "--workspace", "1", str(2**63)],
+        ["pipeline", "create", "--workspace", "1", "--connector", "0", "--name", "p"],
+        ["costs", "--workspace", "1", "--pipeline", str(10**30)],
+    ],
+)
+def test_an_id_no_row_can_have_is_refused_in_one_line(cli, workspace, args):
+    result = cli(*args, ok=False)
+    assert "is not in the range 1<=x<=9007199254740991" in result.output
 
 
 def test_pipeline_create_refuses_another_workspaces_connector_and_a_duplicate_name(cli, workspace, connector):

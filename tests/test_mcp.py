@@ -209,3 +209,36 @@ def test_an_sdk_client_over_streamable_http_answers_for_each_requests_bearer_tok
             assert_only_its_workspace(answers, workspace, other)
     finally:
         stop_group(process)
+
+
+def test_a_failing_tool_reaches_the_client_as_an_error_without_its_text():
+    import pydantic
+    from mcp import Client
+
+    from pipelines_dagster.agent_tools import AgentTool
+    from pipelines_dagster.mcp_server import WorkspaceTools, build_server
+
+    class NoArguments(pydantic.BaseModel):
+        pass
+
+    def leak(_arguments: NoArguments) -> str:
+        raise RuntimeError("SELECT secret FROM credit_ledger WHERE workspace_id = 2")
+
+    class Failing(WorkspaceTools):
+        def of(self, workspace_id: int) -> dict[str, AgentTool]:
+            return {"leak": AgentTool("leak", "Fails.", NoArguments, leak)}
+
+    async def workspace_of(_ctx) -> int:
+        return 1
+
+    async def call() -> str:
+        # Over JSON-RPC, as on stdio and HTTP, where the SDK would send an exception's own text.
+        server = build_server(Failing(history=None, sessions=None), workspace_of)
+        async with Client(server, mode="legacy") as client:
+            with pytest.raises(Exception) as failed:
+                await client.call_tool("leak", {})
+            return str(failed.value)
+
+    message = anyio.run(call)
+    assert "leak failed; the server log has the details" in message
+    assert "SELECT" not in message and "credit_ledger" not in message

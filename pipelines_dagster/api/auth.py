@@ -8,9 +8,9 @@ from fastapi import Depends, HTTPException, Path, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from pipelines_dagster.api.deps import Api
-from pipelines_dagster.api.schemas import MAX_ID
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.core.catalog import InvalidTokenError, workspace_of_token
+from pipelines_dagster.core.validation import MAX_ID
 
 bearer = HTTPBearer(
     auto_error=False,

@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, Field
+from pydantic import AwareDatetime, BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
-from pipelines_dagster.api.schemas import MAX_ID, in_utc, iso_text
+from pipelines_dagster.api.schemas import InUtc, IsoText
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.page_changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
+from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])
 
@@ -37,8 +38,8 @@ def list_page_changes(
     status: Annotated[ChangeStatus | None, Query(description="Only changes of this kind.")] = None,
     since: Annotated[
         AwareDatetime | None,
-        BeforeValidator(iso_text),
-        AfterValidator(in_utc),
+        IsoText,
+        InUtc,
         Query(description="Only changes observed at or after this time, with its UTC offset."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes per page.")] = 20,

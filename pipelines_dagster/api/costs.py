@@ -7,18 +7,19 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas import MAX_ID, in_utc, iso_text
+from pipelines_dagster.api.schemas import InUtc, IsoText
 from pipelines_dagster.core import catalog
 from pipelines_dagster.core.costs import CostTotals, cost_totals
+from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["costs"])
 
-Moment = Annotated[AwareDatetime | None, BeforeValidator(iso_text), AfterValidator(in_utc)]
+Moment = Annotated[AwareDatetime | None, IsoText, InUtc]
 
 
 class PipelineCostOut(BaseModel):

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _DESCRIPTIONS = {
     401: "Missing, unknown or revoked API token.",
     404: "Not found, or not in the token's workspace.",
-    409: "The pipeline or endpoint cannot do this now; the detail says why.",
+    409: "The pipeline or endpoint cannot do this now, or a concurrent request changed it; the detail says why.",
     422: "Invalid input: one entry per field that needs fixing.",
     502: "The Dagster webserver answered but did not launch the run.",
     503: "A service the request needs (Dagster webserver, app database) is not reachable.",
@@ -116,6 +116,15 @@ async def _database_unreachable(request: Request, exc: sa.exc.OperationalError) 
     return _detail(status.HTTP_503_SERVICE_UNAVAILABLE, "the app database is not reachable or busy; try again shortly")
 
 
+async def _concurrent_write(request: Request, exc: sa.exc.IntegrityError) -> JSONResponse:
+    # The checks that refuse duplicates run again when a concurrent commit wins a unique key
+    # (catalog.refused_as_sequential); what still lands here lost some other race, and is worth retrying.
+    log.warning("app database refused a write: %s", exc.orig)
+    return _detail(
+        status.HTTP_409_CONFLICT, "a concurrent request changed what this one writes; read it again and retry"
+    )
+
+
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     if exc.status_code == status.HTTP_400_BAD_REQUEST and isinstance(exc.__cause__, UnicodeDecodeError):
         # FastAPI answers 400 for a body it cannot decode; it is invalid input like malformed JSON.
@@ -180,6 +189,7 @@ def install_error_handlers(app: FastAPI) -> None:
     _handle(app, DagsterUnavailableError, _dagster_unavailable)
     _handle(app, LaunchFailedError, _launch_failed)
     _handle(app, sa.exc.OperationalError, _database_unreachable)
+    _handle(app, sa.exc.IntegrityError, _concurrent_write)
     _handle(app, StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
     _document_validation_errors(app)

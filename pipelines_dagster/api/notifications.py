@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, Field, Strict
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas import MAX_ID, Id
+from pipelines_dagster.api.schemas import RequestBody
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DeliveryStatus, NotificationDelivery, NotificationEndpoint
 from pipelines_dagster.core.signing import (
@@ -23,7 +23,7 @@ from pipelines_dagster.core.signing import (
     MAX_ROTATION_OVERLAP_SECONDS,
     previous_secret_expiry,
 )
-from pipelines_dagster.core.validation import MAX_URL_LENGTH
+from pipelines_dagster.core.validation import MAX_ID, MAX_URL_LENGTH, Id
 from pipelines_dagster.notifications import endpoints
 from pipelines_dagster.notifications.endpoints import MAX_CREDITS_THRESHOLD_MICROS, MAX_LIMIT
 from pipelines_dagster.notifications.payloads import (
@@ -45,20 +45,19 @@ EndpointId = Annotated[int, Path(ge=1, le=MAX_ID)]
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID)]
 # A request names at most a thousand pipelines (and a redrive a page of deliveries).
 MAX_PIPELINE_IDS = 1000
-# Pydantic would take true for 1 and "5" for 5; the document promises integers, and a bool is no id.
-StrictId = Annotated[Id, Strict()]
 
 
-class EndpointIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EndpointIn(RequestBody):
     url: str = Field(
         max_length=MAX_URL_LENGTH,
         description="Where messages are POSTed: an absolute http(s) URL whose host resolves only to public "
         "addresses (or to networks the deployment allows the crawler).",
     )
-    event_types: list[NotificationEvent] = Field(min_length=1, description="The events to hear of.")
-    pipeline_ids: list[StrictId] | None = Field(
+    # Strict(False) on the item: a field's strict=False does not reach into its list.
+    event_types: list[Annotated[NotificationEvent, Strict(False)]] = Field(
+        min_length=1, description="The events to hear of."
+    )
+    pipeline_ids: list[Id] | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_PIPELINE_IDS,
@@ -66,7 +65,6 @@ class EndpointIn(BaseModel):
     )
     credits_below_micros: int | None = Field(
         default=None,
-        strict=True,
         ge=1,
         le=MAX_CREDITS_THRESHOLD_MICROS,
         description="Required with credits.low, and only then: notify when a charge takes the balance from at "
@@ -118,10 +116,9 @@ class EndpointList(BaseModel):
     endpoints: list[EndpointOut]
 
 
-class EndpointRotateIn(BaseModel):
+class EndpointRotateIn(RequestBody):
     overlap_seconds: int = Field(
         default=DEFAULT_ROTATION_OVERLAP_SECONDS,
-        strict=True,
         ge=0,
         le=MAX_ROTATION_OVERLAP_SECONDS,
         description="How long messages are signed with the secrets the endpoint had until now as well.",
@@ -180,10 +177,8 @@ class NotificationDeliveryPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")
 
 
-class RedriveIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    delivery_ids: list[StrictId] | None = Field(
+class RedriveIn(RequestBody):
+    delivery_ids: list[Id] | None = Field(
         default=None,
         max_length=MAX_LIMIT,
         description="Deliveries of this endpoint to send again, whatever their status; null: every failed one.",

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
-from pydantic.json_schema import SkipJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
@@ -20,10 +17,11 @@ from pipelines_dagster.core.retry import (
     DEFAULT_MAX_RETRIES,
     MAX_DELAY_SECONDS,
     MAX_RETRIES,
+    MIN_DELAY_SECONDS,
     RetryPolicy,
     validate_retry_policy,
 )
-from pipelines_dagster.core.schedule import ScheduleSpec, validate_cron, validate_timezone
+from pipelines_dagster.core.schedule import MAX_EVERY_MINUTES, ScheduleSpec, validate_cron, validate_timezone
 from pipelines_dagster.core.site_config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
@@ -37,32 +35,28 @@ from pipelines_dagster.core.templates import disabled_reason
 from pipelines_dagster.core.validation import (
     MAX_RUNTIME_SECONDS,
     MIN_RUNTIME_SECONDS,
-    InvalidInputError,
+    Id,
+    field_rule,
+    in_utc,
+    iso_8601_text,
     validate_name,
     validate_urls,
 )
 
-# The largest integer every JSON client reads exactly; row ids stay far below it, and
-# anything above would overflow the 64-bit id columns before reaching a query.
-MAX_ID = 2**53 - 1
-# A leap year: beyond that an interval is not a schedule anybody means.
-MAX_EVERY_MINUTES = 366 * 24 * 60
 # Bounds one request body; a pipeline over more pages crawls its connector's list.
 MAX_URLS = 10_000
 
-T = TypeVar("T")
 
+class RequestBody(BaseModel):
+    """A request body: unknown fields are refused, and JSON types are taken as they are, so `"no"` is no
+    boolean, `true` no id and `"5"` no number (an integer is a number, though).
 
-def _domain(validator: Callable[[T], T]) -> AfterValidator:
-    """Run a catalog validator inside pydantic, so its message lands on the field like any other."""
+    FastAPI validates the parsed JSON as Python objects, where strict mode wants an enum member itself:
+    an enum field says `strict=False` (a list of them `Strict(False)` on its items), since JSON has no enums
+    and a member arrives as its text.
+    """
 
-    def run(value: T) -> T:
-        try:
-            return validator(value)
-        except InvalidInputError as exc:
-            raise PydanticCustomError("invalid_input", "{message}", {"message": exc.message}) from None
-
-    return AfterValidator(run)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _timezone(name: str) -> str:
@@ -70,30 +64,15 @@ def _timezone(name: str) -> str:
     return name
 
 
-Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+# A query time: ISO 8601 text only (pydantic would read a bare number as a Unix time), then in UTC.
+IsoText = field_rule(iso_8601_text, before=True)
+InUtc = field_rule(in_utc)
 
-
-def iso_text(value: object) -> object:
-    """A query time as given, refused unless it is ISO 8601 text."""
-    # Pydantic would also read a bare number as a Unix time; the documented format is ISO 8601 only.
-    if isinstance(value, str) and not re.match(r"\d{4}-", value):
-        raise ValueError("must be an ISO 8601 time such as 2026-12-01T09:00:00Z")
-    return value
-
-
-def in_utc(value: datetime) -> datetime:
-    """An aware time in UTC."""
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("is out of range once converted to UTC; give a time between years 1 and 9999") from None
-
-
-Name = Annotated[str, Field(min_length=1, max_length=200), _domain(validate_name)]
+Name = Annotated[str, Field(min_length=1, max_length=200), field_rule(validate_name)]
 FolderName = Annotated[
     str,
     Field(min_length=1, max_length=255, description="A KB folder at the root, created when missing."),
-    _domain(lambda name: validate_name(name, field="folder", max_length=255)),
+    field_rule(lambda name: validate_name(name, field="folder", max_length=255)),
 ]
 Urls = Annotated[
     list[str],
@@ -102,17 +81,17 @@ Urls = Annotated[
         max_length=MAX_URLS,
         description="URLs this pipeline crawls instead of its connector's (absolute http or https).",
     ),
-    _domain(validate_urls),
+    field_rule(validate_urls),
 ]
 Cron = Annotated[
     str,
     Field(max_length=120, description="Five fields: minute hour day month weekday.", examples=["30 2 * * *"]),
-    _domain(validate_cron),
+    field_rule(validate_cron),
 ]
 Timezone = Annotated[
     str,
     Field(max_length=64, description="IANA name of the cron's timezone.", examples=["Europe/Stockholm"]),
-    _domain(_timezone),
+    field_rule(_timezone),
 ]
 EveryMinutes = Annotated[int, Field(ge=1, le=MAX_EVERY_MINUTES, description="Run every N minutes.")]
 MaxRuntime = Annotated[
@@ -128,10 +107,8 @@ MaxRuntime = Annotated[
 ]
 
 
-class Schedule(BaseModel):
+class Schedule(RequestBody):
     """A cron expression with its timezone, or a fixed interval."""
-
-    model_config = ConfigDict(extra="forbid")
 
     cron: Cron | None = None
     timezone: Timezone | None = None
@@ -141,14 +118,14 @@ class Schedule(BaseModel):
         return ScheduleSpec(cron=self.cron, timezone=self.timezone, every_minutes=self.every_minutes)
 
 
-class RetryPolicyIn(BaseModel):
+class RetryPolicyIn(RequestBody):
     """How a failed crawl is retried: retry n waits delay_seconds × n (linear) or × 2^(n-1) (exponential)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     backoff: Literal["linear", "exponential"] = DEFAULT_BACKOFF.value
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=MAX_RETRIES)
-    delay_seconds: float = Field(default=DEFAULT_DELAY_SECONDS, gt=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False)
+    delay_seconds: float = Field(
+        default=DEFAULT_DELAY_SECONDS, ge=MIN_DELAY_SECONDS, le=MAX_DELAY_SECONDS, allow_inf_nan=False
+    )
 
     def policy(self) -> RetryPolicy:
         return validate_retry_policy(
@@ -172,9 +149,7 @@ class RetryPolicyOut(BaseModel):
         )
 
 
-class PipelineCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PipelineCreate(RequestBody):
     name: Name
     connector_id: Id = Field(description="A connector of the same workspace.")
     save_to_kb: bool = Field(default=True, description="Save pages as KB documents, or keep only the raw crawl.")
@@ -187,24 +162,22 @@ class PipelineCreate(BaseModel):
     max_runtime_seconds: MaxRuntime | None = None
 
 
-class PipelineUpdate(BaseModel):
+class PipelineUpdate(RequestBody):
     """Only the fields given change; null clears folder, folder_id, schedule and urls."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    # Null is not a value of these, so it is refused rather than read as "leave unchanged".
-    name: Name | SkipJsonSchema[None] = None
-    save_to_kb: bool | SkipJsonSchema[None] = None
-    enabled: bool | SkipJsonSchema[None] = None
-    connector_id: Id | SkipJsonSchema[None] = Field(
+    # Null is not a value of these, so it is refused rather than read as "leave unchanged". Not unions with
+    # None (their errors would be reported under each member's name, `enabled.bool` and `enabled.none`): a
+    # null is refused by the validator below, and a left-out field keeps its default, which is not validated.
+    name: Name = None  # type: ignore[assignment]
+    save_to_kb: bool = None  # type: ignore[assignment]
+    enabled: bool = None  # type: ignore[assignment]
+    connector_id: Id = Field(  # type: ignore[assignment]
         default=None, description="The connector it crawls: how a seeded template is given one."
     )
     folder: FolderName | None = None
     folder_id: Id | None = None
     schedule: Schedule | None = None
     urls: Urls | None = None
-    # Not a union with None (its errors would be reported under the member's class name); a null is
-    # refused by the validator below and a left-out field keeps its default, which is not validated.
     retry_policy: RetryPolicyIn = None  # type: ignore[assignment]
     max_runtime_seconds: MaxRuntime | None = Field(default=None, description="Null: the deployment's maximum runtime.")
 
@@ -317,10 +290,8 @@ class DocumentPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")
 
 
-class SiteIn(BaseModel):
+class SiteIn(RequestBody):
     """A site crawl: start URLs, discovery from sitemaps and same-site links, and its bounds."""
-
-    model_config = ConfigDict(extra="forbid")
 
     start_urls: list[str] = Field(min_length=1, max_length=MAX_URLS, description="Where discovery starts.")
     max_depth: int | None = Field(
@@ -357,17 +328,15 @@ class SiteOut(BaseModel):
         return cls.model_validate(site.to_config())
 
 
-class ConnectorCreate(BaseModel):
+class ConnectorCreate(RequestBody):
     """A web connector crawls `urls` (mode list, the default) or discovers `site` (mode site)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: str = Field(description="The connector type, e.g. webcrawler.")
     name: Name | None = None
     mode: str | None = Field(default=None, description="list or site; site when `site` is given.")
     urls: list[str] | None = Field(default=None, max_length=MAX_URLS, description="The URLs a list crawl fetches.")
     site: SiteIn | None = None
-    index_every_minutes: int | None = Field(default=None, description="The connector's own periodic indexing.")
+    index_every_minutes: EveryMinutes | None = Field(default=None, description="The connector's own periodic indexing.")
 
 
 class ConnectorOut(BaseModel):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas import MAX_ID, ErrorResponse
+from pipelines_dagster.api.schemas import ErrorResponse, RequestBody
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
 from pipelines_dagster.core.schedule import ScheduleSpec
@@ -36,7 +36,7 @@ from pipelines_dagster.core.triggers import (
     rotate_signing_secret,
     set_trigger_enabled,
 )
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.validation import MAX_ID, InvalidInputError
 
 router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["triggers"])
 webhooks = APIRouter(tags=["webhooks"])
@@ -44,14 +44,15 @@ webhooks = APIRouter(tags=["webhooks"])
 PipelineId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
-class TriggerIn(BaseModel):
+class TriggerIn(RequestBody):
     kind: Literal["webhook", "event", "manual"] = Field(
         description="Schedules are set on the pipeline itself. A pipeline runs by hand (`POST .../run`) only "
         "while it has an enabled manual trigger; it gets one when it is made, and `manual` adds one it lacks."
     )
-    event_type: EventType | None = Field(default=None, description="Required for an event trigger.")
+    event_type: EventType | None = Field(default=None, strict=False, description="Required for an event trigger.")
     signing: WebhookSigning | None = Field(
         default=None,
+        strict=False,
         description="How a webhook trigger's deliveries are signed (webhook triggers only; default `standard`). "
         "`standard`: Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature) under a whsec_ secret, "
         "replays refused by id and time. `github`: X-Hub-Signature-256 over the body under the URL token, as "
@@ -82,7 +83,7 @@ class NewWebhookOut(TriggerOut):
     )
 
 
-class RotateIn(BaseModel):
+class RotateIn(RequestBody):
     overlap_seconds: int = Field(
         default=DEFAULT_ROTATION_OVERLAP_SECONDS,
         ge=0,
@@ -99,8 +100,8 @@ class TriggerList(BaseModel):
     triggers: list[TriggerOut]
 
 
-class EventIn(BaseModel):
-    event_type: EventType
+class EventIn(RequestBody):
+    event_type: EventType = Field(strict=False)
     payload: dict[str, Any] = Field(
         default_factory=dict,
         description="Free-form; an integer `connector_id` or `pipeline_id` narrows which pipelines run.",

@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -61,6 +62,24 @@ class SystemManagedError(Exception):
 
 class InvalidTokenError(LookupError):
     """An API token that is unknown or revoked; the message says which, and what to use instead."""
+
+
+@contextmanager
+def refused_as_sequential(session: Session, check: Callable[[], object]) -> Iterator[None]:
+    """Write what the block adds or changes under a unique constraint that `check` (already passed) guards.
+
+    A concurrent transaction may commit the same key between the check and the write: PostgreSQL makes the
+    write wait for that commit, then fails it. The write runs in a savepoint, so the transaction lives on, and
+    `check` is run again: it sees that commit now and refuses the write with the answer a sequential duplicate
+    gets. An integrity error `check` does not explain is raised as it is.
+    """
+    try:
+        with session.begin_nested():
+            yield
+            session.flush()
+    except sa.exc.IntegrityError:
+        check()
+        raise
 
 
 def initial_urls(row: Connector | Pipeline) -> list[str] | None:
@@ -451,8 +470,8 @@ def create_pipeline(
     )
     set_initial_urls(pipeline, own_urls)
     (retry or RetryPolicy()).apply_to(pipeline)
-    session.add(pipeline)
-    session.flush()
+    with refused_as_sequential(session, lambda: _free_name(session, workspace_id, name)):
+        session.add(pipeline)
     session.add(manual_trigger(pipeline))
     moment = now or datetime.now(UTC)
     if spec is not None:
@@ -474,7 +493,13 @@ def update_pipeline(
     connector_before = pipeline.connector_id
     _one_folder(changes.folder is not KEEP, changes.folder_id is not KEEP)
     if not isinstance(changes.name, Keep):
-        pipeline.name = _free_name(session, workspace_id, changes.name, pipeline_id=pipeline.id)
+        wanted = changes.name
+
+        def free_name() -> str:
+            return _free_name(session, workspace_id, wanted, pipeline_id=pipeline.id)
+
+        with refused_as_sequential(session, free_name):
+            pipeline.name = free_name()
     if not isinstance(changes.save_to_kb, Keep):
         pipeline.save_to_kb = changes.save_to_kb
     if changes.folder is not KEEP or changes.folder_id is not KEEP:

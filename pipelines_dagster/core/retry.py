@@ -11,9 +11,11 @@ import math
 from dataclasses import dataclass
 
 from pipelines_dagster.app_db.models import Pipeline, RetryBackoff
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice
+from pipelines_dagster.core.validation import InvalidInputError, validate_choice, whole_number_in
 
 MAX_RETRIES = 10
+# A second at least: a smaller wait retries at once against what just failed (1e-300 s was accepted).
+MIN_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 3600.0
 DEFAULT_BACKOFF = RetryBackoff.EXPONENTIAL
 DEFAULT_MAX_RETRIES = 3
@@ -63,15 +65,16 @@ def validate_retry_policy(
 ) -> RetryPolicy:
     """A checked policy; InvalidInputError names the field (`retry_policy.backoff`, ...) that is wrong."""
     kind = validate_choice(RetryBackoff, backoff, field=f"{field}.backoff", what="backoff")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries <= MAX_RETRIES:
+    if not whole_number_in(max_retries, 0, MAX_RETRIES):
         raise InvalidInputError(f"{field}.max_retries", f"must be a whole number from 0 to {MAX_RETRIES}")
     if (
         isinstance(delay_seconds, bool)
         or not isinstance(delay_seconds, int | float)
         or not math.isfinite(delay_seconds)
-        or not 0 < delay_seconds <= MAX_DELAY_SECONDS
+        or not MIN_DELAY_SECONDS <= delay_seconds <= MAX_DELAY_SECONDS
     ):
         raise InvalidInputError(
-            f"{field}.delay_seconds", f"must be more than 0 and at most {MAX_DELAY_SECONDS:g} seconds"
+            f"{field}.delay_seconds",
+            f"must be from {MIN_DELAY_SECONDS:g} to {MAX_DELAY_SECONDS:g} seconds, got {delay_seconds!r}",
         )
     return RetryPolicy(backoff=kind, max_retries=max_retries, delay_seconds=float(delay_seconds))

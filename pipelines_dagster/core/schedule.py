@@ -16,25 +16,40 @@ code location and never evaluate a cron; sensors and the CLI/API do.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, available_timezones
 
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.validation import InvalidInputError, whole_number_in
+
+# A leap year: beyond that an interval is not a schedule anybody means.
+MAX_EVERY_MINUTES = 366 * 24 * 60
+# Files of the zone database that are no zone: the server's own zone, a template, a placeholder.
+NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+
+
+@functools.cache
+def iana_timezones() -> frozenset[str]:
+    """The IANA zone names a schedule may use: the zone database's, less its files that are no zone."""
+    return frozenset(available_timezones()) - NOT_ZONES
 
 
 def validate_timezone(timezone: str, *, field: str = "timezone") -> ZoneInfo:
-    try:
-        return ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
+    """An IANA zone by name. Anything else is refused, a name ZoneInfo would still open too: `localtime` would
+    mean the server's zone, and a path the file it names."""
+    if timezone not in iana_timezones():
         raise InvalidInputError(
             field, f"unknown timezone {timezone!r}; use an IANA name such as UTC or Europe/Stockholm"
-        ) from None
+        )
+    return ZoneInfo(timezone)
 
 
 def validate_cron(cron: str, *, field: str = "cron") -> str:
-    from croniter import croniter
+    """Five valid fields that name a time that exists: `0 0 30 2 *` (February 30th) never fires, so it is refused
+    here rather than by the scheduler failing to find its next fire."""
+    from croniter import CroniterBadDateError, croniter
 
     expression = " ".join(cron.split())
     if len(expression.split(" ")) != 5 or not croniter.is_valid(expression):
@@ -42,6 +57,14 @@ def validate_cron(cron: str, *, field: str = "cron") -> str:
             field,
             f"invalid cron expression {cron!r}; use five fields: minute hour day month weekday, e.g. '0 6 * * 1-5'",
         )
+    try:
+        croniter(expression, datetime(2000, 1, 1)).get_next(datetime)
+    except CroniterBadDateError:
+        raise InvalidInputError(
+            field,
+            f"cron expression {cron!r} never fires (no such date, e.g. February 30th); "
+            "give a day that exists in the months named",
+        ) from None
     return expression
 
 
@@ -99,8 +122,10 @@ def next_interval_fire(every_minutes: int, *, after: datetime, due: datetime | N
 
 
 def validate_interval(every_minutes: int, *, field: str = "every_minutes") -> int:
-    if every_minutes < 1:
-        raise InvalidInputError(field, "must be a whole number of minutes, 1 or more")
+    if not whole_number_in(every_minutes, 1, MAX_EVERY_MINUTES):
+        raise InvalidInputError(
+            field, f"must be a whole number of minutes, 1 or more and at most {MAX_EVERY_MINUTES} (a leap year)"
+        )
     return every_minutes
 
 

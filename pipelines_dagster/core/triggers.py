@@ -48,6 +48,7 @@ from pipelines_dagster.core.catalog import (
     get_workspace,
     hash_token,
     manual_trigger,
+    refused_as_sequential,
 )
 from pipelines_dagster.core.schedule import ScheduleSpec
 from pipelines_dagster.core.signing import (
@@ -59,7 +60,7 @@ from pipelines_dagster.core.signing import (
     validate_overlap,
 )
 from pipelines_dagster.core.signing import sign as sign_standard
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice
+from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_id
 
 WEBHOOK_TOKEN_PREFIX = "whk_"
 GITHUB_SIGNATURE_HEADER = "x-hub-signature-256"
@@ -114,7 +115,6 @@ def create_webhook_trigger(
 ) -> NewWebhook:
     mode = validate_choice(WebhookSigning, signing, field="signing", what="signing mode")
     get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    _refuse_duplicate(session, pipeline_id, TriggerKind.WEBHOOK, None)
     token = WEBHOOK_TOKEN_PREFIX + secrets.token_urlsafe(32)
     secret = new_signing_secret() if mode is WebhookSigning.STANDARD else token
     trigger = PipelineTrigger(
@@ -125,9 +125,7 @@ def create_webhook_trigger(
         signing=mode.value,
         signing_secrets=first_secrets(secret) if mode is WebhookSigning.STANDARD else None,
     )
-    session.add(trigger)
-    session.flush()
-    return NewWebhook(trigger, token, secret)
+    return NewWebhook(_add_once(session, trigger), token, secret)
 
 
 @dataclass(frozen=True)
@@ -221,37 +219,41 @@ def create_event_trigger(session: Session, *, workspace_id: int, pipeline_id: in
     """Subscribe a pipeline to an event type; an unknown type is refused here, not silently never fired."""
     kind = validate_event_type(event_type)
     get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    _refuse_duplicate(session, pipeline_id, TriggerKind.EVENT, kind.value)
     trigger = PipelineTrigger(
         workspace_id=workspace_id, pipeline_id=pipeline_id, kind=TriggerKind.EVENT.value, event_type=kind.value
     )
-    session.add(trigger)
-    session.flush()
-    return trigger
+    return _add_once(session, trigger)
 
 
 def create_manual_trigger(session: Session, *, workspace_id: int, pipeline_id: int) -> PipelineTrigger:
     """Give a pipeline its manual trigger, on: what lets it be run by hand (pipelines get one when they
     are made; one whose trigger was deleted, or made before that, gets it back here)."""
     pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    _refuse_duplicate(session, pipeline_id, TriggerKind.MANUAL, None)
-    trigger = manual_trigger(pipeline)
-    session.add(trigger)
-    session.flush()
-    return trigger
+    return _add_once(session, manual_trigger(pipeline))
 
 
-def _refuse_duplicate(session: Session, pipeline_id: int, kind: TriggerKind, event_type: str | None) -> None:
-    exists = session.scalar(
-        sa.select(PipelineTrigger.id).where(
-            PipelineTrigger.pipeline_id == pipeline_id,
-            PipelineTrigger.kind == kind.value,
-            PipelineTrigger.event_type.is_(None) if event_type is None else PipelineTrigger.event_type == event_type,
+def _add_once(session: Session, trigger: PipelineTrigger) -> PipelineTrigger:
+    """Add a new trigger, refused when its pipeline has one of its kind (and event type) already: one made
+    before, or one a concurrent request made first."""
+
+    def refuse_duplicate() -> None:
+        exists = session.scalar(
+            sa.select(PipelineTrigger.id).where(
+                PipelineTrigger.pipeline_id == trigger.pipeline_id,
+                PipelineTrigger.kind == trigger.kind,
+                PipelineTrigger.event_type.is_(None)
+                if trigger.event_type is None
+                else PipelineTrigger.event_type == trigger.event_type,
+            )
         )
-    )
-    if exists:
-        what = "an event trigger for " + event_type if event_type else f"a {kind.value} trigger"
-        raise InvalidInputError("kind", f"pipeline {pipeline_id} already has {what}")
+        if exists:
+            what = f"an event trigger for {trigger.event_type}" if trigger.event_type else f"a {trigger.kind} trigger"
+            raise InvalidInputError("kind", f"pipeline {trigger.pipeline_id} already has {what}")
+
+    refuse_duplicate()
+    with refused_as_sequential(session, refuse_duplicate):
+        session.add(trigger)
+    return trigger
 
 
 def sign(body: bytes, secret: str) -> str:
@@ -449,8 +451,8 @@ def emit_event(
     get_workspace(session, workspace_id)
     body = dict(payload or {})
     for key in ("connector_id", "pipeline_id"):
-        if key in body and not isinstance(body[key], int):
-            raise InvalidInputError(f"payload.{key}", "must be an integer id")
+        if key in body:
+            validate_id(body[key], field=f"payload.{key}")
     event = DomainEvent(workspace_id=workspace_id, event_type=kind.value, payload=body)
     session.add(event)
     session.flush()

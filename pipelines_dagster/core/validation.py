@@ -1,15 +1,27 @@
-"""Validation of what users type: URLs and names, with errors that say what to fix."""
+"""Validation of what users type (URLs, names, ids, times), with errors that say what to fix, shared by the
+CLI, the HTTP API and the chat tools."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
-from typing import TypeVar
+import re
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Annotated, TypeGuard, TypeVar
 from urllib.parse import urlsplit
 
+from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
+
 E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
 
 MAX_URL_LENGTH = 2048
+# The largest integer every JSON client reads exactly; row ids stay far below it, and
+# anything above would overflow the 64-bit id columns before reaching a query.
+MAX_ID = 2**53 - 1
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+"""A row id a request names (an API body, a tool argument)."""
 
 
 class InvalidInputError(ValueError):
@@ -19,6 +31,49 @@ class InvalidInputError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+def field_rule(validator: Callable[[T], T], *, before: bool = False) -> AfterValidator | BeforeValidator:
+    """Run a validator of this module inside pydantic (API bodies, tool arguments), after its type's own check
+    or `before` it, so its message lands on the field like any other."""
+
+    def run(value: T) -> T:
+        try:
+            return validator(value)
+        except InvalidInputError as exc:
+            raise PydanticCustomError("invalid_input", "{message}", {"message": exc.message}) from None
+
+    return BeforeValidator(run) if before else AfterValidator(run)
+
+
+def whole_number_in(value: object, low: int, high: int) -> TypeGuard[int]:
+    """Whether `value` is an integer from `low` to `high`; true and false are none (Python counts them as 1 and 0)."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def validate_id(value: object, *, field: str) -> int:
+    """A row id as a client gives it: a whole number from 1 to MAX_ID, never true or false."""
+    if not whole_number_in(value, 1, MAX_ID):
+        raise InvalidInputError(field, f"must be an integer id from 1 to {MAX_ID}, got {value!r}")
+    return value
+
+
+def iso_8601_text(value: object) -> object:
+    """A time as given: ISO 8601 text (or a datetime already), else refused."""
+    # Pydantic would also read a number, or text of one, as a Unix time; the documented format is ISO 8601 only.
+    if not isinstance(value, datetime) and not (isinstance(value, str) and re.match(r"\d{4}-", value)):
+        raise InvalidInputError("time", "must be an ISO 8601 time such as 2026-12-01T09:00:00Z")
+    return value
+
+
+def in_utc(moment: datetime, *, field: str = "time") -> datetime:
+    """`moment` in UTC, a naive one read as UTC; refused when UTC cannot hold it, so no query is sent with it."""
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInputError(
+            field, "is out of range once converted to UTC; give a time between years 1 and 9999"
+        ) from None
 
 
 def validate_choice(choices: type[E], value: object, *, field: str, what: str) -> E:
@@ -84,11 +139,7 @@ MAX_RUNTIME_SECONDS = 7 * 24 * 3600
 
 def validate_max_runtime(seconds: object, *, field: str = "max_runtime_seconds") -> int:
     """A whole number of seconds a run may take, within MIN_RUNTIME_SECONDS..MAX_RUNTIME_SECONDS."""
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int)
-        or not (MIN_RUNTIME_SECONDS <= seconds <= MAX_RUNTIME_SECONDS)
-    ):
+    if not whole_number_in(seconds, MIN_RUNTIME_SECONDS, MAX_RUNTIME_SECONDS):
         raise InvalidInputError(
             field,
             f"must be a whole number of seconds from {MIN_RUNTIME_SECONDS} to {MAX_RUNTIME_SECONDS} (a week), "

@@ -194,11 +194,37 @@ def test_invalid_cron_is_explained(cron):
         validate_cron(cron)
 
 
+@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 2 *", "0 0 31 4,6,9,11 *", "15 3 30,31 2 *"])
+def test_a_cron_that_never_fires_is_refused(cron):
+    with pytest.raises(InvalidInputError, match="never fires"):
+        validate_cron(cron)
+
+
+@pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 L 2 *", "0 0 31 * *", "0 0 30 2 1"])
+def test_a_cron_that_fires_rarely_or_by_weekday_is_kept(cron):
+    assert validate_cron(cron) == cron
+
+
 def test_cron_whitespace_is_normalized():
     assert validate_cron("  0   6 * *  1-5 ") == "0 6 * * 1-5"
 
 
-@pytest.mark.parametrize("timezone", ["Mars/Olympus", "../../etc/passwd", "", "UTC+5"])
+@pytest.mark.parametrize(
+    "timezone",
+    [
+        "Mars/Olympus",
+        "../../etc/passwd",
+        "",
+        "UTC+5",
+        # Files of the zone database that ZoneInfo opens but that are no zone: the server's own, a template.
+        "localtime",
+        "posixrules",
+        "Factory",
+        "/usr/share/zoneinfo/UTC",
+        "Europe/../UTC",
+        "europe/stockholm",
+    ],
+)
 def test_unknown_timezone_is_explained(timezone):
     with pytest.raises(InvalidInputError, match="IANA name"):
         validate_timezone(timezone)

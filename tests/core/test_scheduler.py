@@ -114,12 +114,17 @@ def test_an_invalid_schedule_disables_the_trigger_with_the_reason(sessions):
     [bad_cron] = pipelines_with_triggers(sessions, 1, cron="61 * * * *")
     [bad_zone] = pipelines_with_triggers(sessions, 1, timezone="Mars/Olympus")
     [healed_bad] = pipelines_with_triggers(sessions, 1, cron="not a cron", next_fire_at=None)
+    # Stored before such schedules were refused: one that never fires, one in the server's own zone.
+    [never] = pipelines_with_triggers(sessions, 1, cron="0 0 30 2 *")
+    [server_zone] = pipelines_with_triggers(sessions, 1, timezone="localtime")
     fired = {f.trigger_id for f in take_due(sessions, every_run(), now=NOW).fires}
-    assert fired.isdisjoint({bad_cron, bad_zone, healed_bad})
+    assert fired.isdisjoint({bad_cron, bad_zone, healed_bad, never, server_zone})
     for trigger_id, reason in [
         (bad_cron, "invalid cron"),
         (bad_zone, "unknown timezone"),
         (healed_bad, "invalid cron"),
+        (never, "never fires"),
+        (server_zone, "unknown timezone 'localtime'"),
     ]:
         row = trigger_row(sessions, trigger_id)
         assert not row.enabled and row.next_fire_at is None

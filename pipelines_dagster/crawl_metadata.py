@@ -48,7 +48,7 @@ class CrawlMetadata:
     sitemaps_skipped: int | None = None
     """A site crawl's sitemaps found but not read (not there, not a sitemap); the run log says why."""
     sitemaps_truncated: int | None = None
-    """A site crawl's sitemaps read only to their cap (50 MiB, or max pages of URLs)."""
+    """A site crawl's sitemaps longer than their cap (50 MiB), read to it; the run log names each."""
     pages_resumed: int | None = None
     """Pages an earlier run of this crawl stored before it was stopped (past its maximum runtime, its
     process killed), replayed from its checkpoint, not fetched or charged again; absent when none."""

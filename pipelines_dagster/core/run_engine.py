@@ -198,7 +198,7 @@ class CrawlReport:
     sitemaps_skipped: int | None = None
     """A site crawl's sitemaps found but not read (not there, not a sitemap)."""
     sitemaps_truncated: int | None = None
-    """A site crawl's sitemaps read only to their cap (50 MiB) or to max pages."""
+    """A site crawl's sitemaps longer than their cap (50 MiB), read to it."""
     start_urls: frozenset[str] = frozenset()
     """A site crawl's start URLs, as its records name them; empty for a list crawl."""
     resumed: int = 0
@@ -540,8 +540,6 @@ def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack, warn: Calla
         stored = previous.stored(url)
         return stored.links if stored is not None else []
 
-    if warn is None:
-        return SiteSource[CrawlOutcome](plan.site, frontier, stored_links=stored_links)
     return SiteSource[CrawlOutcome](plan.site, frontier, stored_links=stored_links, warn=warn)
 
 

@@ -26,7 +26,8 @@ from pipelines_dagster.core.validation import InvalidInputError, whole_number_in
 
 # A leap year: beyond that an interval is not a schedule anybody means.
 MAX_EVERY_MINUTES = 366 * 24 * 60
-# Files of the zone database that are no zone: the server's own zone, a template, a placeholder.
+# Files of the zone database that name no place: the server's own zone, the POSIX rules template, and
+# "Factory", whose only abbreviation says the zone was never set.
 NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 
 

@@ -94,12 +94,12 @@ class SiteSource(Generic[P]):
         frontier: Frontier,
         *,
         stored_links: Callable[[str], Sequence[str]] = lambda url: (),
-        warn: Callable[[str], None] = logger.warning,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         """`warn` is told of what the crawl could not read whole (a sitemap skipped or cut, a page's links
-        capped): the run's log, where its user looks."""
+        capped): the run's log, where its user looks; this module's logger without one."""
         self.config = config
-        self._warn = warn
+        self._warn = warn or logger.warning
         self.scope = Scope.of(config)
         self.out_of_scope = 0
         """Discovered URLs refused for scope (another host, an excluded path, not http(s))."""
@@ -109,7 +109,8 @@ class SiteSource(Generic[P]):
         self.sitemaps_skipped = 0
         """Sitemaps found but not read (not there, not a sitemap), each logged with why."""
         self.sitemaps_truncated = 0
-        """Sitemaps read only to MAX_SITEMAP_BYTES or max pages."""
+        """Sitemaps longer than MAX_SITEMAP_BYTES, read to there (one cut at max pages is not counted:
+        `truncated` tells that discovery stopped at max pages)."""
         self.links_capped = 0
         """Pages whose links reached MAX_LINKS_PER_PAGE: the links past it were not followed."""
         self._frontier = frontier
@@ -172,11 +173,13 @@ class SiteSource(Generic[P]):
             finally:
                 del fetched, parse  # the body, up to MAX_SITEMAP_BYTES: not kept while the next is fetched
             self.sitemaps_read += 1
-            if sitemap.truncated:
+            # Cut short of max pages' entries, so by its size: a cut at max pages is the usual case of a large
+            # site, told by discovery's own `truncated`, and not worth a warning on every run.
+            if sitemap.truncated and len(sitemap.urls) + len(sitemap.sitemaps) < self.config.max_pages:
                 self.sitemaps_truncated += 1
                 self._warn(
-                    f"sitemap {url} lists more than was read (at most {MAX_SITEMAP_BYTES} bytes and "
-                    f"{self.config.max_pages} URLs); the entries before the cut are crawled"
+                    f"sitemap {url} lists more than was read (at most {MAX_SITEMAP_BYTES} bytes); the entries "
+                    "before the cut are crawled"
                 )
             todo += sitemap.sitemaps
             self.add_sitemap_urls(entry.loc for entry in sitemap.urls)

@@ -81,6 +81,21 @@ def test_a_sitemap_over_50_mib_is_read_to_its_cap_and_says_so(
     )
 
 
+def test_a_sitemap_listing_more_than_max_pages_is_not_taken_for_a_cut_one(
+    web: WebServer, crawler: Crawler, caplog: pytest.LogCaptureFixture
+) -> None:
+    paths = [f"/p{number}" for number in range(30)]
+    for path in paths:
+        web.route(path, page(path, ARTICLE))
+    body = urlset(web, paths, padding=0, after=[])
+    with caplog.at_level(logging.WARNING, logger="pipelines_dagster.core.site_crawl"):
+        source, fetched = site_crawl(web, crawler, Reply(body=body, content_type="application/xml"))
+    # Max pages (20) stopped discovery, which `truncated` says; the sitemap was read whole.
+    assert len(fetched) == 20 and source.truncated
+    assert (source.sitemaps_read, source.sitemaps_truncated) == (1, 0)
+    assert "lists more than was read" not in caplog.text
+
+
 @pytest.mark.parametrize(
     ("body", "why"),
     [

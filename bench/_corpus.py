@@ -1104,7 +1104,7 @@ def seed_pipeline(
     pipeline saves into the folder "{name} docs"."""
     from pipelines_dagster import services
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core import catalog
+    from pipelines_dagster.core.catalog import pipelines as catalog
 
     with transaction(sessions) as session:
         workspace = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{uuid.uuid4().hex[:6]}")

@@ -26,7 +26,7 @@ from pathlib import Path
 import boto3
 import psutil
 
-from pipelines_dagster.core.blob import MiB, S3BlobStore
+from pipelines_dagster.core.storage.blob import MiB, S3BlobStore
 
 LIMIT_MB = 64
 SMOKE_SIZE_MB, SMOKE_PART_SIZE_MB = 12, 5

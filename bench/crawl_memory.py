@@ -57,7 +57,7 @@ def measure(base_url: str, pages: int, mode: str) -> dict[str, Any]:
     with EmbeddedStack() as stack:
         stack.warm_up()
         if mode == "site":
-            from pipelines_dagster.core.site_config import SiteConfig
+            from pipelines_dagster.core.crawl.site.config import SiteConfig
 
             site = SiteConfig.validated(start_urls=urls[:1], max_pages=pages, max_depth=1, include=["/docs/**"])
             workspace_id, pipeline_id = stack.pipeline([], site=site)

@@ -49,9 +49,9 @@ import dagster as dg
 import httpx
 from _corpus import REPO, CorpusServer, EmbeddedHome, KiB, MiB, OtherLoad, served, write_docs_site
 
-from pipelines_dagster.core.blob import LocalBlobStore
-from pipelines_dagster.core.crawl_record import read_crawl
-from pipelines_dagster.core.extract import extract_page
+from pipelines_dagster.core.crawl.extract.page import extract_page
+from pipelines_dagster.core.crawl.record import read_crawl
+from pipelines_dagster.core.storage.blob import LocalBlobStore
 
 SEED = 20240603
 SPEEDUP_TARGET = 1.7
@@ -312,7 +312,7 @@ def site_round(urls: list[str], home_url: str, *, server_pid: int, number: int) 
     """A list crawl of the corpus's pages and a site crawl of the same site started from its index
     page, each a new KB pipeline in one fresh embedded default, in turns (odd rounds list first), then
     an unchanged re-crawl of the site; timed and checked."""
-    from pipelines_dagster.core.site_config import SiteConfig
+    from pipelines_dagster.core.crawl.site.config import SiteConfig
 
     # The version menu links the other versions of the docs (/v2.3/ ...), which a user crawling this
     # version excludes, as here.

@@ -35,7 +35,7 @@ from pipelines_dagster.app_db.engine import create_engine, session_factory, tran
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core import catalog
+from pipelines_dagster.core.catalog import pipelines as catalog
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run

@@ -186,7 +186,7 @@ class HostileStack(EmbeddedStack):
 
 def crawl(base_url: str, kind: str, sizes: Sizes) -> dict[str, Any]:
     """One sampled crawl in this process; `kind` is bombs, plain, links, small or maps."""
-    from pipelines_dagster.core.site_config import SiteConfig
+    from pipelines_dagster.core.crawl.site.config import SiteConfig
 
     with HostileStack() as stack:
         stack.warm_up()

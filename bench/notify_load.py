@@ -91,8 +91,8 @@ def run_succeeded(workspace_id: int, run_id: str, *, finished: datetime) -> Any:
 def seed_endpoints(home: EmbeddedHome, receiver: Receiver) -> int:
     """A workspace with an endpoint on each of the receiver's paths, subscribed to run.succeeded."""
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core import catalog
-    from pipelines_dagster.core.network_policy import NetworkPolicy
+    from pipelines_dagster.core.catalog import pipelines as catalog
+    from pipelines_dagster.core.security.network_policy import NetworkPolicy
     from pipelines_dagster.notifications.destination import DestinationGuard
     from pipelines_dagster.notifications.endpoints import create_endpoint
 

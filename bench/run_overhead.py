@@ -140,8 +140,8 @@ def seed_pipelines(
     """A workspace with `count` KB pipelines, each over its own connector of `pages_per_pipeline` URLs."""
     from pipelines_dagster import services
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core import catalog
-    from pipelines_dagster.core.triggers import create_event_trigger
+    from pipelines_dagster.core.catalog import pipelines as catalog
+    from pipelines_dagster.core.triggers.webhooks import create_event_trigger
 
     pipeline_ids = []
     with transaction(deployment.sessions) as session:
@@ -194,7 +194,7 @@ def measure_floor(deployment: Deployment, count: int, *, job: str) -> dict[str, 
 
 def measure_ours(deployment: Deployment, workspace_id: int, count: int) -> dict[str, Any]:
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.triggers import emit_event
+    from pipelines_dagster.core.triggers.webhooks import emit_event
 
     with CpuMeter(deployment.process.pid) as cpu:
         started = time.time()

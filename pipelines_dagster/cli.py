@@ -21,9 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
 from pipelines_dagster.app_db.models import ConnectorType, DeliveryStatus, NotificationEndpoint, Pipeline
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing, UnknownWorkspaceError
-from pipelines_dagster.core.retry import (
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
     DEFAULT_MAX_RETRIES,
@@ -31,9 +30,8 @@ from pipelines_dagster.core.retry import (
     RetryPolicy,
     validate_retry_policy,
 )
-from pipelines_dagster.core.schedule import ScheduleSpec
-from pipelines_dagster.core.signing import DEFAULT_ROTATION_OVERLAP_SECONDS
-from pipelines_dagster.core.site_config import (
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
     SITE_KEY,
@@ -41,7 +39,9 @@ from pipelines_dagster.core.site_config import (
     crawl_mode,
     site_for,
 )
-from pipelines_dagster.core.triggers import (
+from pipelines_dagster.core.ledger.billing import Billing, UnknownWorkspaceError
+from pipelines_dagster.core.security.signing import DEFAULT_ROTATION_OVERLAP_SECONDS
+from pipelines_dagster.core.triggers.webhooks import (
     EventType,
     create_event_trigger,
     create_manual_trigger,
@@ -196,7 +196,7 @@ def templates() -> None:
 @json_option
 def templates_list(as_json: bool) -> None:
     """The templates: what each does and how it crawls."""
-    from pipelines_dagster.core.templates import TEMPLATES
+    from pipelines_dagster.core.catalog.templates import TEMPLATES
 
     shown = [
         {
@@ -809,7 +809,7 @@ def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None
     manual trigger (`trigger list` shows it)."""
     # Imported on use, like uvicorn below: the GraphQL client and the web stack are
     # only needed by these two commands.
-    from pipelines_dagster.core.run_engine import RunRefused
+    from pipelines_dagster.core.run.engine import RunRefused
     from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError, launch_pipeline_run
 
     try:
@@ -872,7 +872,7 @@ def costs(
 ) -> None:
     """What the workspace's crawls were charged, from the ledger: the total and one line per pipeline."""
     from pipelines_dagster.api.costs import CostTotalsOut
-    from pipelines_dagster.core.costs import cost_totals
+    from pipelines_dagster.core.ledger.costs import cost_totals
 
     with open_sessions(load_settings())() as session:
         catalog.get_workspace(session, workspace_id)

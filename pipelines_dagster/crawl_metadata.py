@@ -12,7 +12,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.core.crawl_health import CrawlHealth, judge_crawl, success_threshold
+from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
 
 CRAWL_RESULTS = dg.AssetKey("crawl_results")
 

@@ -24,7 +24,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.batch import OP_NAME, pipeline_batch
-from pipelines_dagster.core.costs import ChargedRun, run_charges
+from pipelines_dagster.core.ledger.costs import ChargedRun, run_charges
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.runs import (

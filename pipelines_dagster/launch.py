@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import requests
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.run_engine import RunRefused, plan_manual_run
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.run.engine import RunRefused, plan_manual_run
 from pipelines_dagster.runs import (
     BUSY_STATUSES,
     CODE_LOCATION,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import pydantic
 
-from pipelines_dagster.core.retention import apply_retention
+from pipelines_dagster.core.storage.retention import apply_retention
 from pipelines_dagster.crawl_metadata import latest_crawl
 from pipelines_dagster.partitions import PARTITIONS_NAME
 from pipelines_dagster.resources.app_db import AppDatabaseResource

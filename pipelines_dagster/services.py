@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import after_commit
 from pipelines_dagster.app_db.models import Connector, Pipeline
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.templates import SeedReport, seed_templates
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.templates import SeedReport, seed_templates
 from pipelines_dagster.partitions import add_pipeline_partitions, remove_pipeline_partition
 
 

@@ -11,8 +11,8 @@ from urllib.parse import urlparse
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipelines_dagster.core.fires import Budget
-from pipelines_dagster.core.site_config import DEFAULT_MAX_PAGES_CAP
+from pipelines_dagster.core.crawl.site.config import DEFAULT_MAX_PAGES_CAP
+from pipelines_dagster.core.triggers.fires import Budget
 
 ENV_PREFIX = "PIPELINES_"
 # The Dagster webserver: where run-now launches and what run links point at (read where it is used).

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from pipelines_dagster.agent_tools import build_cost_tools
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.costs import cost_totals
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.ledger.costs import cost_totals
 from pipelines_dagster.core.validation import InvalidInputError
 from tests.assets.conftest import (  # noqa: F401  (fixtures)
     Stack,

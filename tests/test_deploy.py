@@ -157,7 +157,7 @@ def test_a_run_whose_worker_died_is_retried_once_and_a_step_failure_is_not(insta
 
 
 def test_the_packages_loggers_write_to_the_run_log(instance: dg.DagsterInstance, sqlite_engine: sa.Engine) -> None:
-    from pipelines_dagster.core.locks import DatabaseLocks
+    from pipelines_dagster.core.storage.locks import DatabaseLocks
 
     assert instance.managed_python_loggers == ["pipelines_dagster"]
 

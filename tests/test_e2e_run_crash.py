@@ -20,11 +20,11 @@ import sqlalchemy as sa
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditHold, CreditLedgerEntry, Document, PageChange
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.blob import LocalBlobStore
-from pipelines_dagster.core.checkpoint import checkpoint_prefix
-from pipelines_dagster.core.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.run.checkpoint import checkpoint_prefix
+from pipelines_dagster.core.storage.blob import LocalBlobStore
+from pipelines_dagster.core.storage.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.launch import GraphQLLauncher, launch_pipeline_run
 from tests.support import ledger
@@ -98,7 +98,7 @@ def _extraction_workers(pid: int) -> list[psutil.Process]:
     workers = []
     for child in children:
         try:
-            if "pipelines_dagster.core.extract_workers" in " ".join(child.cmdline()):
+            if "pipelines_dagster.core.crawl.extract.workers" in " ".join(child.cmdline()):
                 workers.append(child)
         except psutil.Error:
             continue

@@ -28,11 +28,11 @@ from standardwebhooks.webhooks import Webhook
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.network_policy import NetworkPolicy
-from pipelines_dagster.core.templates import TEMPLATES
-from pipelines_dagster.core.triggers import create_event_trigger, create_webhook_trigger, emit_event, sign
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.templates import TEMPLATES
+from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
+from pipelines_dagster.core.triggers.webhooks import create_event_trigger, create_webhook_trigger, emit_event, sign
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import create_endpoint
 from tests.api.conftest import free_port

@@ -38,8 +38,8 @@ def test_an_unknown_trigger_is_refused_with_the_known_ones():
 def test_each_fire_carries_its_run_key_and_tags_without_a_dagster_instance():
     from datetime import UTC, datetime
 
-    from pipelines_dagster.core.scheduler import Fire
-    from pipelines_dagster.core.trigger_queue import DeliveryFire, EventFire
+    from pipelines_dagster.core.triggers.queue import DeliveryFire, EventFire
+    from pipelines_dagster.core.triggers.scheduler import Fire
 
     at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
     schedule = Fire(trigger_id=4, pipeline_id=7, workspace_id=3, scheduled_for=at)

@@ -27,7 +27,7 @@ from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.migrate import require_current
-from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.edge.limits import RequestLimits
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.instance import dagster_instance

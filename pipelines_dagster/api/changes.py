@@ -13,8 +13,8 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
 from pipelines_dagster.api.schemas import InUtc, IsoText
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.page_changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.kb.changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])

@@ -17,8 +17,8 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import ConnectorCreate, ConnectorList, ConnectorOut
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.site_config import site_for
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.crawl.site.config import site_for
 from pipelines_dagster.core.validation import MAX_ID, InvalidInputError
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/connectors", tags=["connectors"])

@@ -13,8 +13,8 @@ from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import InUtc, IsoText
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.costs import CostTotals, cost_totals
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.ledger.costs import CostTotals, cost_totals
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["costs"])

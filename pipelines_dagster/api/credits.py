@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.core.billing import CreditSummary
+from pipelines_dagster.core.ledger.billing import CreditSummary
 
 router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["credits"])
 

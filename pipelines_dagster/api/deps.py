@@ -9,8 +9,8 @@ import dagster as dg
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.blob import BlobStore
+from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.launch import Launcher
 from pipelines_dagster.notifications.destination import DestinationGuard

@@ -11,8 +11,8 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
 from pipelines_dagster.api.schemas import DocumentPage
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.document_list import MAX_LIMIT, DocumentListState, list_documents
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.kb.documents import MAX_LIMIT, DocumentListState, list_documents
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["documents"])
 

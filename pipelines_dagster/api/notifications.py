@@ -18,7 +18,7 @@ from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import RequestBody
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DeliveryStatus, NotificationDelivery, NotificationEndpoint
-from pipelines_dagster.core.signing import (
+from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     MAX_ROTATION_OVERLAP_SECONDS,
     previous_secret_expiry,

@@ -18,7 +18,7 @@ from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import PipelineCreate, PipelineList, PipelineOut, PipelineUpdate
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.core import catalog
+from pipelines_dagster.core.catalog import pipelines as catalog
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["pipelines"])

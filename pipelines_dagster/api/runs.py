@@ -13,8 +13,8 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
 from pipelines_dagster.api.schemas import RunLaunched
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.blob import JSONL_CONTENT_TYPE, BlobNotFoundError
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.storage.blob import JSONL_CONTENT_TYPE, BlobNotFoundError
 from pipelines_dagster.history import PipelineRunDetail, RunPage, RunStatus
 from pipelines_dagster.launch import launch_pipeline_run
 

@@ -9,9 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
-from pipelines_dagster.core.catalog import PipelineChanges, initial_urls, template_key
-from pipelines_dagster.core.document_list import DocumentView
-from pipelines_dagster.core.retry import (
+from pipelines_dagster.core.catalog.pipelines import PipelineChanges, initial_urls, template_key
+from pipelines_dagster.core.catalog.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
     DEFAULT_MAX_RETRIES,
@@ -21,8 +20,9 @@ from pipelines_dagster.core.retry import (
     RetryPolicy,
     validate_retry_policy,
 )
-from pipelines_dagster.core.schedule import MAX_EVERY_MINUTES, ScheduleSpec, validate_cron, validate_timezone
-from pipelines_dagster.core.site_config import (
+from pipelines_dagster.core.catalog.schedules import MAX_EVERY_MINUTES, ScheduleSpec, validate_cron, validate_timezone
+from pipelines_dagster.core.catalog.templates import disabled_reason
+from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
     MAX_DEPTH,
@@ -31,7 +31,7 @@ from pipelines_dagster.core.site_config import (
     SiteConfig,
     crawl_mode,
 )
-from pipelines_dagster.core.templates import disabled_reason
+from pipelines_dagster.core.kb.documents import DocumentView
 from pipelines_dagster.core.validation import (
     MAX_RUNTIME_SECONDS,
     MIN_RUNTIME_SECONDS,

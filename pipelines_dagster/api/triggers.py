@@ -16,13 +16,13 @@ from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import ErrorResponse, RequestBody
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
-from pipelines_dagster.core.schedule import ScheduleSpec
-from pipelines_dagster.core.signing import (
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     MAX_ROTATION_OVERLAP_SECONDS,
     previous_secret_expiry,
 )
-from pipelines_dagster.core.triggers import (
+from pipelines_dagster.core.triggers.webhooks import (
     MAX_WEBHOOK_BODY_BYTES,
     DeliveryRejected,
     EventType,

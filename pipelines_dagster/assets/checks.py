@@ -7,9 +7,9 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.blob import BlobNotFoundError
-from pipelines_dagster.core.crawl_health import succeeded_share
-from pipelines_dagster.core.crawl_record import CrawlRecordError, read_crawl
+from pipelines_dagster.core.crawl.health import succeeded_share
+from pipelines_dagster.core.crawl.record import CrawlRecordError, read_crawl
+from pipelines_dagster.core.storage.blob import BlobNotFoundError
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

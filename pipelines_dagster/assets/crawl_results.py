@@ -10,12 +10,11 @@ import dagster as dg
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
 from pipelines_dagster.assets.partition import partition_pipeline, refused
-from pipelines_dagster.core.checkpoint import Checkpoint, checkpoint_prefix
-from pipelines_dagster.core.costs import crawl_charge_key
-from pipelines_dagster.core.crawl_health import CrawlHealth, judge_crawl, success_threshold
-from pipelines_dagster.core.payload_summary import shown_payload
-from pipelines_dagster.core.retry import RetryPolicy
-from pipelines_dagster.core.run_engine import (
+from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
+from pipelines_dagster.core.ledger.costs import crawl_charge_key
+from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
+from pipelines_dagster.core.run.engine import (
     NO_LOCK_WAIT,
     CrawlReport,
     LockWait,
@@ -25,7 +24,8 @@ from pipelines_dagster.core.run_engine import (
     execute_crawl,
     load_plan,
 )
-from pipelines_dagster.core.triggers import trigger_payload
+from pipelines_dagster.core.triggers.payloads import shown_payload
+from pipelines_dagster.core.triggers.webhooks import trigger_payload
 from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

@@ -15,9 +15,9 @@ import dagster as dg
 
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl_with_metadata
-from pipelines_dagster.core.crawl_record import read_crawl
-from pipelines_dagster.core.kb_archive import archive_missing
-from pipelines_dagster.core.kb_index import Destination, IndexStats, index_crawl
+from pipelines_dagster.core.crawl.record import read_crawl
+from pipelines_dagster.core.kb.archive import archive_missing
+from pipelines_dagster.core.kb.index import Destination, IndexStats, index_crawl
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, StoredCrawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

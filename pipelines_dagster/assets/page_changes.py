@@ -10,8 +10,8 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl_with_metadata
-from pipelines_dagster.core.crawl_record import read_crawl
-from pipelines_dagster.core.page_changes import ChangeCounts, record_changes
+from pipelines_dagster.core.crawl.record import read_crawl
+from pipelines_dagster.core.kb.changes import ChangeCounts, record_changes
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

@@ -1,1 +1,1 @@
-"""Plain domain code, free of Dagster: storage, locks, billing, validation."""
+"""Plain domain code, free of Dagster, FastAPI and click: one subpackage per concern, tested directly."""

@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from pipelines_dagster.core.network_policy import NetworkPolicy
-from pipelines_dagster.core.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
 from pipelines_dagster.core.validation import InvalidInputError, validate_url
 
 

@@ -17,8 +17,8 @@ from pipelines_dagster.app_db.models import (
     NotificationEndpoint,
     Pipeline,
 )
-from pipelines_dagster.core.catalog import NotFoundError, get_workspace
-from pipelines_dagster.core.signing import (
+from pipelines_dagster.core.catalog.pipelines import NotFoundError, get_workspace
+from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     first_secrets,
     new_signing_secret,

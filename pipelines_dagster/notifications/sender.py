@@ -30,8 +30,8 @@ from pipelines_dagster.app_db.models import (
     NotificationDelivery,
     NotificationEndpoint,
 )
-from pipelines_dagster.core.signing import live_secrets, signature_header
-from pipelines_dagster.core.ssrf import AddressError
+from pipelines_dagster.core.security.signing import live_secrets, signature_header
+from pipelines_dagster.core.security.ssrf import AddressError
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import disable
 from pipelines_dagster.notifications.payloads import TEST_EVENT

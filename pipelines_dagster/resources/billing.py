@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.core.billing import Billing, ChargeResult, Reservation
+from pipelines_dagster.core.ledger.billing import Billing, ChargeResult, Reservation
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 
 

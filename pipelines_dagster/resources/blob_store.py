@@ -10,7 +10,7 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from pipelines_dagster.core.blob import DEFAULT_CHUNK_SIZE, BlobInfo, BlobStore, LocalBlobStore, S3BlobStore
+from pipelines_dagster.core.storage.blob import DEFAULT_CHUNK_SIZE, BlobInfo, BlobStore, LocalBlobStore, S3BlobStore
 
 
 class BlobStoreResource(dg.ConfigurableResource["BlobStoreResource"], ABC):

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from pipelines_dagster.core.crawl_types import CrawlerConfig
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.crawl.types import CrawlerConfig
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.resources.locks import LocksResource
 
 if TYPE_CHECKING:
-    from pipelines_dagster.core.crawler import Crawler
+    from pipelines_dagster.core.crawl.crawler import Crawler
 
 
 class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
@@ -70,8 +70,8 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
         )
 
     def _build(self) -> Crawler:
-        from pipelines_dagster.core.crawler import Crawler
-        from pipelines_dagster.core.host_budget import HostBudget
+        from pipelines_dagster.core.crawl.crawler import Crawler
+        from pipelines_dagster.core.crawl.host_budget import HostBudget
 
         budget = HostBudget(self.locks.locks) if self.locks is not None else None
         return Crawler(self.config(), host_budget=budget)

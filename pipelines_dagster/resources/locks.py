@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from pydantic import PrivateAttr
 
 from pipelines_dagster.app_db.engine import create_engine
-from pipelines_dagster.core.locks import DatabaseLocks, HeldLock, Locks, RedisLocks
+from pipelines_dagster.core.storage.locks import DatabaseLocks, HeldLock, Locks, RedisLocks
 
 if TYPE_CHECKING:
     import sqlite3

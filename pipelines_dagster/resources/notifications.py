@@ -13,7 +13,7 @@ import dagster as dg
 from pydantic import Field
 from sqlalchemy.orm import Session
 
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.events import queue_pages_changed
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 

@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core.fires import Fire, Runs, Taken
+from pipelines_dagster.core.triggers.fires import Fire, Runs, Taken
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

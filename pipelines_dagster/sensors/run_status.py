@@ -5,7 +5,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
+from pipelines_dagster.core.storage.locks import connector_lock_name, pipeline_lock_name
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.locks import LocksResource

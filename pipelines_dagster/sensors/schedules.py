@@ -11,7 +11,7 @@ from typing import Any, cast
 import dagster as dg
 
 from pipelines_dagster.batch import OP_NAME, batch_run_request, pipeline_batch, split_evenly
-from pipelines_dagster.core.scheduler import Fire, take_due
+from pipelines_dagster.core.triggers.scheduler import Fire, take_due
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import MEMBER, member_pipeline_tag
 from pipelines_dagster.sensors.common import pipeline_run_request, runs_requested, trigger_sensor

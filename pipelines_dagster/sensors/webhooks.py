@@ -4,7 +4,7 @@ from functools import partial
 
 import dagster as dg
 
-from pipelines_dagster.core.trigger_queue import take_deliveries
+from pipelines_dagster.core.triggers.queue import take_deliveries
 from pipelines_dagster.sensors.common import trigger_sensor
 from pipelines_dagster.settings import Settings
 

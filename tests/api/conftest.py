@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.api import create_app
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core import catalog
+from pipelines_dagster.core.catalog import pipelines as catalog
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.resources.blob_store import S3BlobStoreResource
 from pipelines_dagster.settings import Settings, load_settings

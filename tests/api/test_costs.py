@@ -8,8 +8,8 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditLedgerEntry
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.ledger.billing import Billing
 from tests.api.conftest import new_tenant
 
 

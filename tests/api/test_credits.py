@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.ledger.billing import Billing
 from tests.api.conftest import new_tenant, settings_for
 
 

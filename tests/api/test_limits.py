@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core import catalog
+from pipelines_dagster.core.catalog import pipelines as catalog
 from pipelines_dagster.edge.server import api_command
 from pipelines_dagster.mcp_server import MCP_PATH
 from tests.api.conftest import REPO_DIR, free_port

@@ -15,10 +15,10 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import NotificationAttempt, NotificationDelivery, NotificationEndpoint
-from pipelines_dagster.core.crawl_health import CrawlHealth
-from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.network_policy import NetworkPolicy
-from pipelines_dagster.core.page_changes import record_changes
+from pipelines_dagster.core.crawl.health import CrawlHealth
+from pipelines_dagster.core.crawl.record import CrawlRecord
+from pipelines_dagster.core.kb.changes import record_changes
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.events import queue_credits_low, queue_pages_changed
 from pipelines_dagster.notifications.payloads import TEST_EVENT, NotificationEvent

@@ -34,10 +34,10 @@ from pipelines_dagster import services
 from pipelines_dagster.api import create_app
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, Pipeline
-from pipelines_dagster.core.crawl_health import CrawlHealth
-from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.network_policy import NetworkPolicy
-from pipelines_dagster.core.page_changes import record_changes
+from pipelines_dagster.core.crawl.health import CrawlHealth
+from pipelines_dagster.core.crawl.record import CrawlRecord
+from pipelines_dagster.core.kb.changes import record_changes
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import create_endpoint, queue_test
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource

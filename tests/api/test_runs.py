@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core import catalog
+from pipelines_dagster.core.catalog import pipelines as catalog
 from pipelines_dagster.launch import GraphQLLauncher
 from tests.api.conftest import Tenant, free_port, issue_token, stack_settings
 from tests.assets.conftest import Stack

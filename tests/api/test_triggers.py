@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core.blob import LocalBlobStore
-from pipelines_dagster.core.retention import apply_retention
-from pipelines_dagster.core.triggers import sign
+from pipelines_dagster.core.storage.blob import LocalBlobStore
+from pipelines_dagster.core.storage.retention import apply_retention
+from pipelines_dagster.core.triggers.webhooks import sign
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor
 from pipelines_dagster.settings import Settings
@@ -244,7 +244,7 @@ def test_the_access_log_never_prints_a_webhook_token(client, caplog):
 def test_a_seeded_template_is_shown_disabled_with_why_and_turned_on_over_http(client, tenant, other, sessions):
     from pipelines_dagster.app_db.engine import transaction
     from pipelines_dagster.app_db.models import PipelineTrigger
-    from pipelines_dagster.core.templates import SCHEDULE_OFF_REASON, seed_templates
+    from pipelines_dagster.core.catalog.templates import SCHEDULE_OFF_REASON, seed_templates
 
     with transaction(sessions) as session:
         seed_templates(session, tenant.workspace_id)

@@ -35,7 +35,7 @@ from pipelines_dagster.app_db.models import (
     Workspace,
     utcnow,
 )
-from pipelines_dagster.core.kb_index import document_identity
+from pipelines_dagster.core.kb.index import document_identity
 
 
 def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path):

@@ -17,9 +17,9 @@ from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.blob import BlobStore
-from pipelines_dagster.core.site_config import SiteConfig
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.crawl.site.config import SiteConfig
+from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
@@ -119,7 +119,7 @@ class Stack:
             )
             ids = workspace.id, pipeline.id
         if credit:
-            from pipelines_dagster.core.billing import Billing
+            from pipelines_dagster.core.ledger.billing import Billing
 
             Billing(self.sessions, enabled=True, micros_per_crawl=self.micros_per_crawl).grant(ids[0], credit)
         return ids

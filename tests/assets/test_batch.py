@@ -6,8 +6,8 @@ import dagster as dg
 from dagster._utils.tags import is_valid_tag_key
 
 from pipelines_dagster.batch import OP_NAME, BatchPipeline, PipelineBatchConfig, pipeline_batch, split_evenly
-from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.locks import pipeline_lock_name
+from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.storage.locks import pipeline_lock_name
 from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag
 from tests.assets.conftest import Stack, fail_once_after_the_charge, set_pipeline
 

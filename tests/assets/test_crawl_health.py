@@ -19,9 +19,9 @@ from pipelines_dagster.assets.checks import asset_checks
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.site_config import SITE_KEY, SiteConfig
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.crawl.site.config import SITE_KEY, SiteConfig
+from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import run_tags

@@ -7,7 +7,7 @@ import re
 import dagster as dg
 import pytest
 
-from pipelines_dagster.core import run_engine
+from pipelines_dagster.core.run import engine as run_engine
 from tests.assets.conftest import Stack, materialization
 from tests.support.web import page
 

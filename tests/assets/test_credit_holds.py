@@ -21,8 +21,8 @@ from dagster._core.instance.ref import InstanceRef
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditHold, CreditLedgerEntry
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.ledger.billing import Billing
 from tests.assets.conftest import (
     Stack,
     code_location_job,

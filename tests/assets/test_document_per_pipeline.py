@@ -11,8 +11,8 @@ from pipelines_dagster.app_db.models import Folder, PageChange
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.document_list import list_documents
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.kb.documents import list_documents
 from tests.assets.conftest import Stack
 from tests.support.web import page
 

@@ -13,8 +13,8 @@ import pipelines_dagster.assets.crawl_results as crawl_results_module
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.billing import Billing
-from pipelines_dagster.core.locks import connector_lock_name, pipeline_lock_name
+from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.storage.locks import connector_lock_name, pipeline_lock_name
 from tests.assets.conftest import (
     Stack,
     code_location_job,
@@ -136,7 +136,7 @@ def test_a_connector_type_without_executor_is_refused(embedded: Stack):
 
 
 def test_a_connector_type_that_became_ineligible_fails_the_run_cleanly(embedded: Stack, monkeypatch):
-    from pipelines_dagster.core import connector_types
+    from pipelines_dagster.core.catalog import connector_types
 
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
     # A deploy after the pipeline was created moved its connector type to a new implementation.

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines_dagster.core.checkpoint import Checkpoint, checkpoint_prefix
-from pipelines_dagster.core.crawl_record import CrawlRecord, read_crawl
-from pipelines_dagster.core.run_engine import CrawlProgress, CrawlReport, execute_crawl, load_plan
+from pipelines_dagster.core.crawl.record import CrawlRecord, read_crawl
+from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
+from pipelines_dagster.core.run.engine import CrawlProgress, CrawlReport, execute_crawl, load_plan
 from tests.assets.conftest import Stack
 from tests.assets.test_site_crawl import build_site, elsewhere, site_config  # noqa: F401 (a fixture)
 

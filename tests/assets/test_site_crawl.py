@@ -12,9 +12,9 @@ from pipelines_dagster.agent_tools import build_page_change_tools
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.crawl_record import read_crawl
-from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE
-from pipelines_dagster.core.site_config import SiteConfig
+from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE
+from pipelines_dagster.core.crawl.record import read_crawl
+from pipelines_dagster.core.crawl.site.config import SiteConfig
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from tests.assets.conftest import Stack, materialization
 from tests.support.web import Reply, WebServer, page, redirect

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from pipelines_dagster.core.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore
+from pipelines_dagster.core.storage.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore
 
 
 def first_part_then_hang() -> Iterator[bytes]:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditAccount, CreditHold, CreditLedgerEntry, TokenUsage, Workspace
-from pipelines_dagster.core.billing import HOLD_TTL, Billing, InsufficientCreditsError, UnknownWorkspaceError
+from pipelines_dagster.core.ledger.billing import HOLD_TTL, Billing, InsufficientCreditsError, UnknownWorkspaceError
 
 
 def make_workspace(sessions) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pipelines_dagster.core.blob import (
+from pipelines_dagster.core.storage.blob import (
     JSONL_CONTENT_TYPE,
     BlobNotFoundError,
     BlobStore,

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipelines_dagster.core.body_decoder import PIECE_BYTES, BodyDecoder, DecodingError
-from pipelines_dagster.core.crawl_types import PreviousFetch
-from pipelines_dagster.core.crawler import Crawler
+from pipelines_dagster.core.crawl.body import PIECE_BYTES, BodyDecoder, DecodingError
+from pipelines_dagster.core.crawl.crawler import Crawler
+from pipelines_dagster.core.crawl.types import PreviousFetch
 from tests.core.test_crawler import ARTICLE, BASE, by_path
 from tests.support.web import Reply, WebServer, html_document
 

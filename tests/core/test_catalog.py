@@ -10,9 +10,9 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.retry import RetryPolicy, validate_retry_policy
-from pipelines_dagster.core.schedule import ScheduleSpec
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.retry import RetryPolicy, validate_retry_policy
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.core.validation import InvalidInputError
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -186,7 +186,7 @@ def test_a_connector_without_periodic_indexing_is_untouched(sessions):
 
 
 def test_a_pipeline_over_an_ineligible_connector_type_is_refused_and_nothing_is_written(sessions, monkeypatch):
-    from pipelines_dagster.core import connector_types
+    from pipelines_dagster.core.catalog import connector_types
     from pipelines_dagster.core.validation import InvalidInputError
 
     workspace_id, connector_id = connector_with_own_indexing(sessions)

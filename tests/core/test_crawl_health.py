@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines_dagster.core.crawl_health import DEFAULT_MIN_SUCCESS_RATIO, judge_crawl, success_threshold
+from pipelines_dagster.core.crawl.health import DEFAULT_MIN_SUCCESS_RATIO, judge_crawl, success_threshold
 
 
 def judge(succeeded: int, attempted: int, *, truncated: bool = False, **site: int):

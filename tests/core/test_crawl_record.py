@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from pipelines_dagster.core.blob import LocalBlobStore
-from pipelines_dagster.core.crawl_record import CrawlRecord, CrawlRecordError, StoredPage, read_crawl, write_crawl
-from pipelines_dagster.core.crawl_types import CrawlOutcome
+from pipelines_dagster.core.crawl.record import CrawlRecord, CrawlRecordError, StoredPage, read_crawl, write_crawl
+from pipelines_dagster.core.crawl.types import CrawlOutcome
+from pipelines_dagster.core.storage.blob import LocalBlobStore
 
 FETCHED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipelines_dagster.core.extract import extract_page
-from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
-from pipelines_dagster.core.extracted import Extracted
+from pipelines_dagster.core.crawl.extract.extracted import Extracted
+from pipelines_dagster.core.crawl.extract.page import extract_page
+from pipelines_dagster.core.crawl.extract.workers import ExtractionError, ExtractionWorkers
 from tests.support.web import html_document
 
 ARTICLE = (
@@ -172,7 +172,7 @@ def test_close_stops_every_worker_and_later_pages_are_refused() -> None:
 # of a forked child that keeps the worker's request pipe open after this process dies (0 for none).
 WORKERS_PARENT = """
 import os, sys, time
-from pipelines_dagster.core.extract_workers import ExtractionWorkers
+from pipelines_dagster.core.crawl.extract.workers import ExtractionWorkers
 workers = ExtractionWorkers(1, timeout=600)
 holder = os.fork() if sys.argv[1:] == ["fork"] else None
 if holder == 0:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines_dagster.core.frontier import Frontier
+from pipelines_dagster.core.crawl.site.frontier import Frontier
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 
@@ -105,7 +105,7 @@ def test_bad_arguments_name_the_parameter():
 _MEASURE = """
 import json, resource, sys
 from pathlib import Path
-from pipelines_dagster.core.frontier import Frontier
+from pipelines_dagster.core.crawl.site.frontier import Frontier
 
 def peak():
     try:

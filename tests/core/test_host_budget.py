@@ -16,11 +16,11 @@ import redis
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import create_engine
-from pipelines_dagster.core.crawl_types import CrawlerConfig, CrawlOutcome
-from pipelines_dagster.core.crawler import Crawler
-from pipelines_dagster.core.host_budget import HostBudget, slot_lock_name
-from pipelines_dagster.core.locks import DatabaseLocks, Locks, RedisLocks
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.crawl.crawler import Crawler
+from pipelines_dagster.core.crawl.host_budget import HostBudget, slot_lock_name
+from pipelines_dagster.core.crawl.types import CrawlerConfig, CrawlOutcome
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
+from pipelines_dagster.core.storage.locks import DatabaseLocks, Locks, RedisLocks
 from tests.support.web import Reply, Request, WebServer, page
 
 CONFIG = CrawlerConfig(

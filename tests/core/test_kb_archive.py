@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pipelines_dagster.core.crawl_health import CrawlHealth
-from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.kb_archive import archive_missing
-from pipelines_dagster.core.kb_index import Destination, index_crawl
+from pipelines_dagster.core.crawl.health import CrawlHealth
+from pipelines_dagster.core.crawl.record import CrawlRecord
+from pipelines_dagster.core.kb.archive import archive_missing
+from pipelines_dagster.core.kb.index import Destination, index_crawl
 from tests.core.test_kb_index import documents, page, setup
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -8,8 +8,8 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, Folder, Pipeline, Workspace
-from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.kb_index import Destination, content_hash, index_crawl
+from pipelines_dagster.core.crawl.record import CrawlRecord
+from pipelines_dagster.core.kb.index import Destination, content_hash, index_crawl
 
 
 def setup(sessions) -> Destination:

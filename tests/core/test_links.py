@@ -6,8 +6,8 @@ from __future__ import annotations
 import lxml.html
 import pytest
 
-from pipelines_dagster.core.extract import extract_page
-from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE, PageLinks, links_of_html, page_links
+from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE, PageLinks, links_of_html, page_links
+from pipelines_dagster.core.crawl.extract.page import extract_page
 
 PAGE = "https://www.example.com/docs/guide/intro.html"
 

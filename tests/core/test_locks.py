@@ -13,7 +13,7 @@ import redis
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import create_engine
-from pipelines_dagster.core.locks import (
+from pipelines_dagster.core.storage.locks import (
     DatabaseLocks,
     LockHeldError,
     Locks,

@@ -9,16 +9,12 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, PageState, Pipeline
-from pipelines_dagster.core import catalog, page_changes
-from pipelines_dagster.core.crawl_health import CrawlHealth
-from pipelines_dagster.core.crawl_record import CrawlRecord
-from pipelines_dagster.core.kb_index import content_hash
-from pipelines_dagster.core.page_changes import (
-    list_changes,
-    normalize,
-    record_changes,
-    unified_diff,
-)
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.crawl.health import CrawlHealth
+from pipelines_dagster.core.crawl.record import CrawlRecord
+from pipelines_dagster.core.kb import changes as page_changes
+from pipelines_dagster.core.kb.changes import list_changes, normalize, record_changes, unified_diff
+from pipelines_dagster.core.kb.index import content_hash
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 HEALTHY = CrawlHealth(healthy=True, complete=True, why="all good")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from pipelines_dagster.core.payload_summary import MAX_SHOWN_PAYLOAD_BYTES, shown_payload
+from pipelines_dagster.core.triggers.payloads import MAX_SHOWN_PAYLOAD_BYTES, shown_payload
 
 
 def test_large_text_and_lists_are_summarized_too():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from pipelines_dagster.core.crawl_record import CrawlRecord, StoredPage
-from pipelines_dagster.core.crawl_types import PreviousFetch
-from pipelines_dagster.core.run_engine import PreviousCrawl
+from pipelines_dagster.core.crawl.record import CrawlRecord, StoredPage
+from pipelines_dagster.core.crawl.types import PreviousFetch
+from pipelines_dagster.core.run.engine import PreviousCrawl
 
 
 def record(url: str, status: str = "success", **fields) -> CrawlRecord:

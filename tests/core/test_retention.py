@@ -22,9 +22,9 @@ from pipelines_dagster.app_db.models import (
     PipelineTrigger,
     WebhookDelivery,
 )
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore, run_result_key
-from pipelines_dagster.core.retention import (
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.storage.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore, run_result_key
+from pipelines_dagster.core.storage.retention import (
     ABANDONED_WRITE_AGE,
     apply_retention,
     cutoff,

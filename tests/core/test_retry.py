@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pipelines_dagster.app_db.models import RetryBackoff
-from pipelines_dagster.core.retry import MAX_DELAY_SECONDS, RetryPolicy, validate_retry_policy
+from pipelines_dagster.core.catalog.retry import MAX_DELAY_SECONDS, RetryPolicy, validate_retry_policy
 from pipelines_dagster.core.validation import InvalidInputError
 
 

@@ -8,10 +8,10 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.run_engine import RunRefused, plan_manual_run, plan_run
-from pipelines_dagster.core.templates import seed_templates
-from pipelines_dagster.core.triggers import create_manual_trigger, set_trigger_enabled
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.templates import seed_templates
+from pipelines_dagster.core.run.engine import RunRefused, plan_manual_run, plan_run
+from pipelines_dagster.core.triggers.webhooks import create_manual_trigger, set_trigger_enabled
 from pipelines_dagster.core.validation import InvalidInputError
 
 

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from croniter import croniter
 
-from pipelines_dagster.core.schedule import (
+from pipelines_dagster.core.catalog.schedules import (
     ScheduleSpec,
     next_cron_fire,
     next_interval_fire,

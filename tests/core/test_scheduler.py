@@ -9,8 +9,8 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, Workspace
-from pipelines_dagster.core.fires import Budget
-from pipelines_dagster.core.scheduler import claim_due, due_query, take_due
+from pipelines_dagster.core.triggers.fires import Budget
+from pipelines_dagster.core.triggers.scheduler import claim_due, due_query, take_due
 from tests.support.runs import every_run
 
 NOW = datetime(2026, 12, 1, 9, 0, 30, tzinfo=UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines_dagster.core.site_config import CrawlMode, PathPattern, SiteConfig, crawl_mode
+from pipelines_dagster.core.crawl.site.config import CrawlMode, PathPattern, SiteConfig, crawl_mode
 from pipelines_dagster.core.validation import InvalidInputError
 
 

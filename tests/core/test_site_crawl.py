@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from pipelines_dagster.core.frontier import Frontier
-from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE
-from pipelines_dagster.core.site_config import SiteConfig
-from pipelines_dagster.core.site_crawl import Discovered, SiteSource
+from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE
+from pipelines_dagster.core.crawl.site.config import SiteConfig
+from pipelines_dagster.core.crawl.site.frontier import Frontier
+from pipelines_dagster.core.crawl.site.source import Discovered, SiteSource
 
 SITE = "https://docs.example.com"
 

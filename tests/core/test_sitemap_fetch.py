@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipelines_dagster.core.crawl_types import MiB
-from pipelines_dagster.core.crawler import Crawler
-from pipelines_dagster.core.frontier import Frontier
-from pipelines_dagster.core.site_config import SiteConfig
-from pipelines_dagster.core.site_crawl import MAX_SITEMAP_BYTES, SiteSource
+from pipelines_dagster.core.crawl.crawler import Crawler
+from pipelines_dagster.core.crawl.site.config import SiteConfig
+from pipelines_dagster.core.crawl.site.frontier import Frontier
+from pipelines_dagster.core.crawl.site.source import MAX_SITEMAP_BYTES, SiteSource
+from pipelines_dagster.core.crawl.types import MiB
 from tests.core.test_crawler import ARTICLE, BASE
 from tests.support.web import Reply, WebServer, page
 
@@ -72,7 +72,7 @@ def test_a_sitemap_over_50_mib_is_read_to_its_cap_and_says_so(
     for path in ("/early", "/late"):
         web.route(path, page(path, ARTICLE))
     body = urlset(web, ["/early"], padding=55 * MiB, after=["/late"])
-    with caplog.at_level(logging.WARNING, logger="pipelines_dagster.core.site_crawl"):
+    with caplog.at_level(logging.WARNING, logger="pipelines_dagster.core.crawl.site.source"):
         source, fetched = site_crawl(web, crawler, Reply(body=body, content_type="application/xml"))
     assert fetched == {"", "early"}  # the entries before the cut; /late is past it
     assert source.sitemaps_truncated == 1
@@ -88,7 +88,7 @@ def test_a_sitemap_listing_more_than_max_pages_is_not_taken_for_a_cut_one(
     for path in paths:
         web.route(path, page(path, ARTICLE))
     body = urlset(web, paths, padding=0, after=[])
-    with caplog.at_level(logging.WARNING, logger="pipelines_dagster.core.site_crawl"):
+    with caplog.at_level(logging.WARNING, logger="pipelines_dagster.core.crawl.site.source"):
         source, fetched = site_crawl(web, crawler, Reply(body=body, content_type="application/xml"))
     # Max pages (20) stopped discovery, which `truncated` says; the sitemap was read whole.
     assert len(fetched) == 20 and source.truncated
@@ -107,7 +107,7 @@ def test_a_sitemap_listing_more_than_max_pages_is_not_taken_for_a_cut_one(
 def test_a_sitemap_that_cannot_be_read_is_skipped_with_a_logged_reason(
     web: WebServer, crawler: Crawler, caplog: pytest.LogCaptureFixture, body: bytes, why: str
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="pipelines_dagster.core.site_crawl"):
+    with caplog.at_level(logging.WARNING, logger="pipelines_dagster.core.crawl.site.source"):
         source, fetched = site_crawl(web, crawler, Reply(body=body, content_type="application/xml"))
     assert fetched == {""}
     assert source.sitemaps_skipped == 1 and source.sitemaps_read == 0
@@ -119,7 +119,7 @@ def test_a_sitemap_that_cannot_be_read_is_skipped_with_a_logged_reason(
 def test_a_missing_sitemap_is_noted_without_a_warning(
     web: WebServer, crawler: Crawler, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="pipelines_dagster.core.site_crawl"):
+    with caplog.at_level(logging.INFO, logger="pipelines_dagster.core.crawl.site.source"):
         source, _ = site_crawl(web, crawler, Reply(status=404, body="none", content_type="text/plain"))
     assert source.sitemaps_skipped == 1
     [record] = [record for record in caplog.records if "sitemap" in record.getMessage()]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines_dagster.core.sitemaps import (
+from pipelines_dagster.core.crawl.site.sitemaps import (
     Sitemap,
     SitemapError,
     SitemapUrl,

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from pipelines_dagster.core.crawl_types import CrawlerConfig
-from pipelines_dagster.core.crawler import Crawler
-from pipelines_dagster.core.network_policy import NetworkPolicy
-from pipelines_dagster.core.ssrf import (
+from pipelines_dagster.core.crawl.crawler import Crawler
+from pipelines_dagster.core.crawl.types import CrawlerConfig
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.ssrf import (
     AddressGuard,
     BlockedAddressError,
     PinnedTransport,

@@ -11,13 +11,10 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline, PipelineTrigger, TriggerKind
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.catalog import PipelineChanges, SystemManagedError
-from pipelines_dagster.core.fires import Taken
-from pipelines_dagster.core.retry import RetryPolicy
-from pipelines_dagster.core.scheduler import claim_due
-from pipelines_dagster.core.site_config import SITE_KEY, SiteConfig
-from pipelines_dagster.core.templates import (
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import PipelineChanges, SystemManagedError
+from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.catalog.templates import (
     BY_KEY,
     SCHEDULE_OFF_REASON,
     TEMPLATES,
@@ -25,8 +22,11 @@ from pipelines_dagster.core.templates import (
     seed_templates,
     template_of,
 )
-from pipelines_dagster.core.trigger_queue import take_events
-from pipelines_dagster.core.triggers import (
+from pipelines_dagster.core.crawl.site.config import SITE_KEY, SiteConfig
+from pipelines_dagster.core.triggers.fires import Taken
+from pipelines_dagster.core.triggers.queue import take_events
+from pipelines_dagster.core.triggers.scheduler import claim_due
+from pipelines_dagster.core.triggers.webhooks import (
     USER_DISABLED_REASON,
     create_webhook_trigger,
     emit_event,

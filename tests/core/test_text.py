@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from pipelines_dagster.core.extract import extract_page
-from pipelines_dagster.core.text import storable, storable_json
+from pipelines_dagster.app_db.text import storable, storable_json
+from pipelines_dagster.core.crawl.extract.page import extract_page
 
 
 def test_nul_and_lone_surrogates_are_removed():

@@ -11,10 +11,10 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, WebhookDelivery
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.fires import Budget
-from pipelines_dagster.core.trigger_queue import concerns, take_deliveries, take_events
-from pipelines_dagster.core.triggers import create_event_trigger, emit_event
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.triggers.fires import Budget
+from pipelines_dagster.core.triggers.queue import concerns, take_deliveries, take_events
+from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from tests.support.runs import every_run
 from tests.support.webhooks import create_webhook, deliver
 

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, WebhookBodyDigest, WebhookDelivery
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.retention import cutoff, prune_webhook_deliveries
-from pipelines_dagster.core.signing import sign as sign_standard
-from pipelines_dagster.core.triggers import (
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.security.signing import sign as sign_standard
+from pipelines_dagster.core.storage.retention import cutoff, prune_webhook_deliveries
+from pipelines_dagster.core.triggers.webhooks import (
     DeliveryRejected,
     EventType,
     NewWebhook,

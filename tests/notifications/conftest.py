@@ -15,8 +15,8 @@ from standardwebhooks.webhooks import Webhook
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Workspace
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import NewEndpoint, create_endpoint
 from pipelines_dagster.notifications.sender import Sender

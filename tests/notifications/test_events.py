@@ -14,8 +14,8 @@ from pipelines_dagster.app_db.models import NotificationDelivery
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import set_endpoint_enabled
 from pipelines_dagster.notifications.sender import Sender, SendReport

@@ -18,7 +18,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import NotificationDelivery, NotificationEndpoint
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import (
@@ -271,7 +271,7 @@ def test_an_endpoint_failing_for_five_days_is_disabled_with_the_reason(sessions,
 KILLABLE_SENDER = """
 import sys
 from pipelines_dagster.app_db.engine import create_engine, session_factory
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.sender import Sender
 

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import TokenUsage, Workspace
-from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
+from pipelines_dagster.core.ledger.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 

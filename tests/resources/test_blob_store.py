@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines_dagster.core.blob import LocalBlobStore, S3BlobStore, run_result_key
+from pipelines_dagster.core.storage.blob import LocalBlobStore, S3BlobStore, run_result_key
 from pipelines_dagster.resources.blob_store import (
     BlobStoreResource,
     LocalBlobStoreResource,

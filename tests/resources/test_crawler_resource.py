@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from pipelines_dagster.core.host_budget import slot_lock_name
+from pipelines_dagster.core.crawl.host_budget import slot_lock_name
 from pipelines_dagster.resources import build_resources
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource

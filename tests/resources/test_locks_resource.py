@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from pipelines_dagster.core.locks import LockHeldError
+from pipelines_dagster.core.storage.locks import LockHeldError
 from pipelines_dagster.resources.locks import (
     DatabaseLocksResource,
     LocksResource,

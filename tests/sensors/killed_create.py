@@ -18,7 +18,7 @@ from dagster._serdes import deserialize_value
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core import catalog
+from pipelines_dagster.core.catalog import pipelines as catalog
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 

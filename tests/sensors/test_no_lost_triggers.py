@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.triggers import create_event_trigger, emit_event
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor

@@ -27,8 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core import catalog
-from pipelines_dagster.core.billing import Billing
+from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.ledger.billing import Billing
 from tests.api.conftest import _location_loaded, free_port
 from tests.support.processes import stop_group
 from tests.support.web import WebServer, page

@@ -25,20 +25,20 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, TriggerKind
-from pipelines_dagster.core.billing import Billing, InsufficientCreditsError
-from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, run_result_key
-from pipelines_dagster.core.catalog import initial_urls
-from pipelines_dagster.core.checkpoint import Checkpoint
-from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
-from pipelines_dagster.core.crawl_record import CrawlRecord, StoredPage, read_crawl, write_crawl
-from pipelines_dagster.core.crawl_types import CrawlOutcome, ListSource, PreviousFetch, UrlSource
-from pipelines_dagster.core.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
-from pipelines_dagster.core.retry import RetryPolicy
-from pipelines_dagster.core.site_config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode
+from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
+from pipelines_dagster.core.catalog.pipelines import initial_urls
+from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.crawl.record import CrawlRecord, StoredPage, read_crawl, write_crawl
+from pipelines_dagster.core.crawl.site.config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode
+from pipelines_dagster.core.crawl.types import CrawlOutcome, ListSource, PreviousFetch, UrlSource
+from pipelines_dagster.core.ledger.billing import Billing, InsufficientCreditsError
+from pipelines_dagster.core.run.checkpoint import Checkpoint
+from pipelines_dagster.core.storage.blob import BlobNotFoundError, BlobStore, run_result_key
+from pipelines_dagster.core.storage.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.core.validation import InvalidInputError
 
 if TYPE_CHECKING:
-    from pipelines_dagster.core.crawler import Crawler
+    from pipelines_dagster.core.crawl.crawler import Crawler
 
 LOCK_TTL_SECONDS = 600.0
 # How often a crawl renews its locks, so it notices one lost (expired, deleted, a Redis restarted empty)
@@ -531,8 +531,8 @@ def _source(plan: RunPlan, previous: PreviousCrawl, held: ExitStack, warn: Calla
     if plan.site is None:
         return ListSource(plan.urls)
     # Here, not at the top: a list crawl's run process does without discovery's modules.
-    from pipelines_dagster.core.frontier import Frontier
-    from pipelines_dagster.core.site_crawl import SiteSource
+    from pipelines_dagster.core.crawl.site.frontier import Frontier
+    from pipelines_dagster.core.crawl.site.source import SiteSource
 
     frontier = held.enter_context(Frontier(max_pages=plan.site.max_pages, max_depth=plan.site.max_depth))
 

@@ -31,7 +31,7 @@ from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any, BinaryIO
 
-from pipelines_dagster.core.extracted import Extracted
+from pipelines_dagster.core.crawl.extract.extracted import Extracted
 
 _LENGTHS = struct.Struct(">II")
 # A worker imports from the parent's sys.path, as multiprocessing's spawn does, so it runs the
@@ -84,7 +84,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     """Answer extraction requests until the request stream ends."""
     # Here, not at the top: the crawling process imports this module too, and trafilatura is for
     # the workers alone. A worker still loads it as it starts, before it reads a request.
-    from pipelines_dagster.core.extract import extract_page
+    from pipelines_dagster.core.crawl.extract.page import extract_page
 
     while (request := _read_frame(requests)) is not None:
         header, body = request

@@ -29,10 +29,10 @@ from pipelines_dagster.app_db.models import (
     TriggerKind,
     Workspace,
 )
-from pipelines_dagster.core.connector_types import ineligible_reason, is_pipeline_eligible
-from pipelines_dagster.core.retry import RetryPolicy
-from pipelines_dagster.core.schedule import ScheduleSpec, validate_interval
-from pipelines_dagster.core.site_config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
+from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
+from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec, validate_interval
+from pipelines_dagster.core.crawl.site.config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
 from pipelines_dagster.core.validation import (
     InvalidInputError,
     validate_choice,
@@ -547,7 +547,7 @@ def _set_urls(session: Session, pipeline: Pipeline, urls: list[str] | None) -> N
     """The pipeline's own URLs; a template pipeline that has no connector gets one of its own over
     them, crawling as its template does (a site crawl from them with the template's bounds, or the list)."""
     # Here, not at the top: the templates' presets build on this module.
-    from pipelines_dagster.core.templates import BY_KEY
+    from pipelines_dagster.core.catalog.templates import BY_KEY
 
     key = template_key(pipeline)
     template = BY_KEY.get(key) if key is not None else None

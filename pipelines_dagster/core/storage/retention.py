@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DeliveryStatus, NotificationDelivery, WebhookDelivery
-from pipelines_dagster.core.blob import BlobStore
+from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.core.validation import MAX_RUNTIME_SECONDS
 
 RUNS_PREFIX = "pipeline_runs/"

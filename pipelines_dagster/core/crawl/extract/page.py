@@ -15,9 +15,9 @@ from dataclasses import replace
 import trafilatura
 from lxml.html import HtmlElement
 
-from pipelines_dagster.core.extracted import HTML_TYPES, Extracted
-from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE, PageLinks, page_links
-from pipelines_dagster.core.text import storable
+from pipelines_dagster.app_db.text import storable
+from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, Extracted
+from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE, PageLinks, page_links
 
 METADATA_FIELDS = ("title", "description", "author", "date", "language")
 

@@ -41,7 +41,7 @@ from pipelines_dagster.app_db.models import (
     WebhookDelivery,
     WebhookSigning,
 )
-from pipelines_dagster.core.catalog import (
+from pipelines_dagster.core.catalog.pipelines import (
     NotFoundError,
     SystemManagedError,
     get_pipeline,
@@ -50,8 +50,8 @@ from pipelines_dagster.core.catalog import (
     manual_trigger,
     refused_as_sequential,
 )
-from pipelines_dagster.core.schedule import ScheduleSpec
-from pipelines_dagster.core.signing import (
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     first_secrets,
     live_secrets,
@@ -59,7 +59,7 @@ from pipelines_dagster.core.signing import (
     rotate,
     validate_overlap,
 )
-from pipelines_dagster.core.signing import sign as sign_standard
+from pipelines_dagster.core.security.signing import sign as sign_standard
 from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_id
 
 WEBHOOK_TOKEN_PREFIX = "whk_"

@@ -20,7 +20,7 @@ from publicsuffixlist import PublicSuffixList
 from pipelines_dagster.core.validation import MAX_URL_LENGTH
 
 if TYPE_CHECKING:
-    from pipelines_dagster.core.site_config import SiteConfig
+    from pipelines_dagster.core.crawl.site.config import SiteConfig
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from pipelines_dagster.core.blob import BlobStore
-from pipelines_dagster.core.crawl_types import CrawlOutcome, CrawlStatus
+from pipelines_dagster.core.crawl.types import CrawlOutcome, CrawlStatus
+from pipelines_dagster.core.storage.blob import BlobStore
 
 STATUSES: frozenset[str] = frozenset(get_args(CrawlStatus))
 

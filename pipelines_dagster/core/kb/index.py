@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import dialect_insert
 from pipelines_dagster.app_db.models import Document, DocumentState
-from pipelines_dagster.core.crawl_record import CrawlRecord
+from pipelines_dagster.core.crawl.record import CrawlRecord
 
 DOCUMENT_TYPE = "CRAWLED_URL"
 DEFAULT_BATCH_SIZE = 500

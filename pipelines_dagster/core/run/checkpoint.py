@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from pipelines_dagster.core.blob import BlobNotFoundError, BlobStore, InvalidBlobKeyError, segment_problem
-from pipelines_dagster.core.crawl_record import CrawlRecord, read_crawl, write_crawl
+from pipelines_dagster.core.crawl.record import CrawlRecord, read_crawl, write_crawl
+from pipelines_dagster.core.storage.blob import BlobNotFoundError, BlobStore, InvalidBlobKeyError, segment_problem
 
 CHECKPOINT_EVERY_SECONDS = 10.0
 CHECKPOINT_EVERY_RECORDS = 500

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, TriggerKind, WebhookDelivery
-from pipelines_dagster.core.fires import DEFAULT_BUDGET, GRACE, Budget, Runs, Taken, take_within
+from pipelines_dagster.core.triggers.fires import DEFAULT_BUDGET, GRACE, Budget, Runs, Taken, take_within
 from pipelines_dagster.runs import Trigger, event_run_key, event_tags, run_tags, webhook_run_key, webhook_tags
 
 

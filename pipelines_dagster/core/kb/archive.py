@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document
-from pipelines_dagster.core.crawl_health import CrawlHealth
-from pipelines_dagster.core.kb_index import DEFAULT_BATCH_SIZE, DOCUMENT_TYPE, Destination, chunks
+from pipelines_dagster.core.crawl.health import CrawlHealth
+from pipelines_dagster.core.kb.index import DEFAULT_BATCH_SIZE, DOCUMENT_TYPE, Destination, chunks
 
 
 def archive_missing(

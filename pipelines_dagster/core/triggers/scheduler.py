@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, TriggerKind
-from pipelines_dagster.core.fires import GRACE, Budget, Runs, Taken, take_within
-from pipelines_dagster.core.schedule import ScheduleSpec
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.triggers.fires import GRACE, Budget, Runs, Taken, take_within
 from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.runs import Trigger, run_tags, schedule_run_key, schedule_tags
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 
 MiB = 1024 * 1024
 CrawlStatus = Literal["success", "empty", "failed"]

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Generic, Protocol, TypeVar
 
-from pipelines_dagster.core.crawl_types import CrawlAccess
-from pipelines_dagster.core.frontier import Frontier, url_digest
-from pipelines_dagster.core.links import MAX_LINKS_PER_PAGE
-from pipelines_dagster.core.site_config import SiteConfig
-from pipelines_dagster.core.urls import Scope, normalize_url
+from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE
+from pipelines_dagster.core.crawl.site.config import SiteConfig
+from pipelines_dagster.core.crawl.site.frontier import Frontier, url_digest
+from pipelines_dagster.core.crawl.types import CrawlAccess
+from pipelines_dagster.core.crawl.urls import Scope, normalize_url
 
 # Pages a sitemap lists are one link away from the start URLs.
 SITEMAP_DEPTH = 1
@@ -142,7 +142,7 @@ class SiteSource(Generic[P]):
         read to there; either is logged with why, and counted in `sitemaps_skipped` or
         `sitemaps_truncated`. Links still find the pages.
         """
-        from pipelines_dagster.core.sitemaps import SitemapError, parse_sitemap, sitemap_candidates
+        from pipelines_dagster.core.crawl.site.sitemaps import SitemapError, parse_sitemap, sitemap_candidates
 
         todo: list[str] = []
         for start in self.config.start_urls:

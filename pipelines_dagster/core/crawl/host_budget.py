@@ -18,7 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
-from pipelines_dagster.core.locks import Locks
+from pipelines_dagster.core.storage.locks import Locks
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from ipaddress import ip_address
 import httpcore
 import httpx
 
-from pipelines_dagster.core.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 
 # hostname -> its A/AAAA answers as address strings; raises OSError when the name does not resolve.
 Resolver = Callable[[str], Awaitable[Sequence[str]]]

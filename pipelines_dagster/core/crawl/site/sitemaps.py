@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from pipelines_dagster.core.urls import absolute_url, normalize_url
+from pipelines_dagster.core.crawl.urls import absolute_url, normalize_url
 from pipelines_dagster.core.validation import MAX_URL_LENGTH
 
 SITEMAP_PATH = "/sitemap.xml"

@@ -131,7 +131,7 @@ class SiteConfig:
         drop_query_params. `drop_query_params` is "all", or names (a list, or one comma-separated string).
         """
         # Here, not at the top: a list crawl's run reads its mode through this module.
-        from pipelines_dagster.core.urls import normalize_url
+        from pipelines_dagster.core.crawl.urls import normalize_url
 
         urls = tuple(validate_urls(start_urls, field="site"))
         for url in urls:

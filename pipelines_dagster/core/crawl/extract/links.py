@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipelines_dagster.core.urls import absolute_url
+from pipelines_dagster.core.crawl.urls import absolute_url
 
 if TYPE_CHECKING:
     from lxml.html import HtmlElement
@@ -78,7 +78,7 @@ def links_of_html(body: bytes, *, page_url: str, charset: str | None) -> PageLin
     # extraction workers' alone.
     import trafilatura
 
-    from pipelines_dagster.core.extract import decode_body
+    from pipelines_dagster.core.crawl.extract.page import decode_body
 
     tree = trafilatura.load_html(decode_body(body, charset=charset, html=True))
     return PageLinks(links=[], canonical=None) if tree is None else page_links(tree, page_url=page_url)

@@ -23,8 +23,11 @@ from urllib.parse import urljoin
 import httpx
 from protego import Protego
 
-from pipelines_dagster.core.body_decoder import ACCEPT_ENCODING, BodyDecoder, DecodingError
-from pipelines_dagster.core.crawl_types import (
+from pipelines_dagster.core.crawl.body import ACCEPT_ENCODING, BodyDecoder, DecodingError
+from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
+from pipelines_dagster.core.crawl.extract.workers import ExtractionError, ExtractionWorkers
+from pipelines_dagster.core.crawl.host_budget import HostBudget, HostBudgetError
+from pipelines_dagster.core.crawl.types import (
     CrawlerConfig,
     CrawlOutcome,
     CrawlStatus,
@@ -34,10 +37,7 @@ from pipelines_dagster.core.crawl_types import (
     UrlSource,
     distinct,
 )
-from pipelines_dagster.core.extract_workers import ExtractionError, ExtractionWorkers
-from pipelines_dagster.core.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
-from pipelines_dagster.core.host_budget import HostBudget, HostBudgetError
-from pipelines_dagster.core.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
+from pipelines_dagster.core.security.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
 from pipelines_dagster.core.validation import InvalidInputError, validate_url
 
 PAGE_TYPES = HTML_TYPES | {PLAIN_TEXT}

@@ -17,17 +17,17 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, RetryBackoff, TriggerKind
-from pipelines_dagster.core.catalog import (
+from pipelines_dagster.core.catalog.pipelines import (
     TEMPLATE_KEY,
     get_or_create_folder,
     get_workspace,
     manual_trigger,
     template_key,
 )
-from pipelines_dagster.core.crawl_health import THRESHOLD_KEY
-from pipelines_dagster.core.retry import RetryPolicy
-from pipelines_dagster.core.schedule import ScheduleSpec
-from pipelines_dagster.core.triggers import EventType
+from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.crawl.health import THRESHOLD_KEY
+from pipelines_dagster.core.triggers.webhooks import EventType
 
 SCHEDULE_OFF_REASON = "seeded off: a template's recurring sweep is opt-in; enable this trigger to schedule it"
 

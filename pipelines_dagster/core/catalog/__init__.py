@@ -1,0 +1,1 @@
+"""What users configure: workspaces, connectors, pipelines, schedules, retry policies, triggers and templates."""

@@ -1,0 +1,1 @@
+"""What runs in the extraction worker processes (page to markdown, links), and the pool that feeds them."""

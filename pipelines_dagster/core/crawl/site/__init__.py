@@ -1,0 +1,1 @@
+"""Site discovery: a site crawl's config and scope, its frontier, sitemaps, and the URL source over them."""

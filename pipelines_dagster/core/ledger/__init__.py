@@ -1,0 +1,1 @@
+"""Money: credit accounts, holds and once-only charges, and what crawls cost."""

@@ -1104,11 +1104,11 @@ def seed_pipeline(
     pipeline saves into the folder "{name} docs"."""
     from pipelines_dagster import services
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.catalog import pipelines as catalog
+    from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
 
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{uuid.uuid4().hex[:6]}")
-        connector = catalog.create_connector(
+        workspace = create_workspace(session, name=name, owner_user_id=f"bench-{uuid.uuid4().hex[:6]}")
+        connector = create_connector(
             session, workspace_id=workspace.workspace.id, connector_type="webcrawler", urls=urls, site=site
         )
         pipeline = services.create_pipeline(

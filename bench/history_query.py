@@ -35,7 +35,7 @@ from pipelines_dagster.app_db.engine import create_engine, session_factory, tran
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run
@@ -91,9 +91,9 @@ def seed_catalog(sessions, instance: dg.DagsterInstance) -> list[tuple[int, int]
     pipelines = []
     with transaction(sessions) as session:
         for w in range(WORKSPACES):
-            workspace = catalog.create_workspace(session, name=f"workspace {w}", owner_user_id=f"owner-{w}").workspace
+            workspace = create_workspace(session, name=f"workspace {w}", owner_user_id=f"owner-{w}").workspace
             for p in range(PIPELINES_PER_WORKSPACE):
-                connector = catalog.create_connector(
+                connector = create_connector(
                     session,
                     workspace_id=workspace.id,
                     connector_type="webcrawler",

@@ -91,14 +91,14 @@ def run_succeeded(workspace_id: int, run_id: str, *, finished: datetime) -> Any:
 def seed_endpoints(home: EmbeddedHome, receiver: Receiver) -> int:
     """A workspace with an endpoint on each of the receiver's paths, subscribed to run.succeeded."""
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.catalog import pipelines as catalog
+    from pipelines_dagster.core.catalog.pipelines import create_workspace
     from pipelines_dagster.core.security.network_policy import NetworkPolicy
     from pipelines_dagster.notifications.destination import DestinationGuard
     from pipelines_dagster.notifications.endpoints import create_endpoint
 
     guard = DestinationGuard(NetworkPolicy(allowed_networks=(home.env["PIPELINES_CRAWLER_ALLOWED_NETWORKS"],)))
     with transaction(home.sessions) as session:
-        workspace_id = catalog.create_workspace(session, name="notify load", owner_user_id="bench-notify").workspace.id
+        workspace_id = create_workspace(session, name="notify load", owner_user_id="bench-notify").workspace.id
         for number in range(receiver.paths):
             create_endpoint(
                 session,

@@ -140,15 +140,16 @@ def seed_pipelines(
     """A workspace with `count` KB pipelines, each over its own connector of `pages_per_pipeline` URLs."""
     from pipelines_dagster import services
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.catalog import pipelines as catalog
+    from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+    from pipelines_dagster.core.catalog.schedules import ScheduleSpec
     from pipelines_dagster.core.triggers.webhooks import create_event_trigger
 
     pipeline_ids = []
     with transaction(deployment.sessions) as session:
-        workspace_id = catalog.create_workspace(session, name=name, owner_user_id=f"bench-{name}").workspace.id
+        workspace_id = create_workspace(session, name=name, owner_user_id=f"bench-{name}").workspace.id
         for number in range(count):
             chunk = urls[number * pages_per_pipeline : (number + 1) * pages_per_pipeline]
-            connector = catalog.create_connector(
+            connector = create_connector(
                 session,
                 workspace_id=workspace_id,
                 connector_type="webcrawler",
@@ -162,7 +163,7 @@ def seed_pipelines(
                 connector_id=connector.id,
                 name=f"{name} {number}",
                 folder_name=f"{name} docs",
-                schedule=catalog.ScheduleSpec(cron=NEVER, timezone="UTC") if scheduled else None,
+                schedule=ScheduleSpec(cron=NEVER, timezone="UTC") if scheduled else None,
             )
             if event_type is not None:
                 create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline.id, event_type=event_type)

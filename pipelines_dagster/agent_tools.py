@@ -13,9 +13,10 @@ import pydantic
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.kb.changes import ChangeStatus, PageChangeView, list_changes
 from pipelines_dagster.core.ledger.costs import CostTotals, cost_totals
-from pipelines_dagster.core.validation import Id, InvalidInputError, field_rule, in_utc, iso_8601_text
+from pipelines_dagster.core.validation import Id, field_rule, in_utc, iso_8601_text
 from pipelines_dagster.history import MAX_LIMIT, PipelineRunView, RunHistory
 
 FINISHED_FORMAT = "%Y-%m-%d %H:%M UTC"

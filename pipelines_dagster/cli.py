@@ -21,7 +21,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
 from pipelines_dagster.app_db.models import ConnectorType, DeliveryStatus, NotificationEndpoint, Pipeline
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import (
+    KEEP,
+    Keep,
+    PipelineChanges,
+    SystemManagedError,
+    get_pipeline,
+    get_workspace,
+    initial_urls,
+    list_pipelines,
+    schedule_triggers,
+    set_pipeline_enabled,
+    update_pipeline,
+)
 from pipelines_dagster.core.catalog.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
@@ -39,6 +51,7 @@ from pipelines_dagster.core.crawl.site.config import (
     crawl_mode,
     site_for,
 )
+from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 from pipelines_dagster.core.ledger.billing import Billing, UnknownWorkspaceError
 from pipelines_dagster.core.security.signing import DEFAULT_ROTATION_OVERLAP_SECONDS
 from pipelines_dagster.core.triggers.webhooks import (
@@ -51,7 +64,7 @@ from pipelines_dagster.core.triggers.webhooks import (
     rotate_signing_secret,
     set_trigger_enabled,
 )
-from pipelines_dagster.core.validation import MAX_ID, InvalidInputError
+from pipelines_dagster.core.validation import MAX_ID
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.notifications import endpoints as notifications
 from pipelines_dagster.notifications.payloads import NotificationEvent
@@ -71,8 +84,8 @@ T = TypeVar("T")
 
 USER_ERRORS = (
     InvalidInputError,
-    catalog.NotFoundError,
-    catalog.SystemManagedError,
+    NotFoundError,
+    SystemManagedError,
     UnknownWorkspaceError,
     DatabaseNotReadyError,
     SettingsError,
@@ -353,7 +366,7 @@ def connector_create(
             index_every_minutes=index_every_minutes,
             site=site,
         )
-        created_urls = catalog.initial_urls(created) or []
+        created_urls = initial_urls(created) or []
         payload = {
             "id": created.id,
             "workspace_id": created.workspace_id,
@@ -518,7 +531,7 @@ def pipeline_create(
             retry=retry,
             max_runtime_seconds=max_runtime,
         )
-        trigger = catalog.schedule_triggers(session, [created.id]).get(created.id)
+        trigger = schedule_triggers(session, [created.id]).get(created.id)
         payload = {
             "id": created.id,
             "workspace_id": created.workspace_id,
@@ -535,9 +548,9 @@ def pipeline_create(
     emit(as_json, payload, f"pipeline {payload['id']} created{when}")
 
 
-def keep(value: T | None) -> T | catalog.Keep:
+def keep(value: T | None) -> T | Keep:
     """An update option left out keeps the pipeline's value."""
-    return catalog.KEEP if value is None else value
+    return KEEP if value is None else value
 
 
 def refuse_both(flag: str, clear: bool, given: bool, options: str) -> None:
@@ -565,7 +578,7 @@ def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
 
     session.flush()
     session.refresh(pipeline)
-    shown = schemas.PipelineOut.of(pipeline, catalog.schedule_triggers(session, [pipeline.id]).get(pipeline.id))
+    shown = schemas.PipelineOut.of(pipeline, schedule_triggers(session, [pipeline.id]).get(pipeline.id))
     emit(as_json, shown.model_dump(mode="json"), describe(shown))
 
 
@@ -620,7 +633,7 @@ def pipeline_update(
     refuse_both("no_urls", no_urls, bool(urls), "--url")
     refuse_both("no_schedule", no_schedule, schedule is not None, "--cron, --timezone, --every-minutes")
     refuse_both("default_max_runtime", default_max_runtime, max_runtime is not None, "--max-runtime")
-    changes = catalog.PipelineChanges(
+    changes = PipelineChanges(
         name=keep(name),
         save_to_kb=keep(save_to_kb),
         connector_id=keep(connector_id),
@@ -633,7 +646,7 @@ def pipeline_update(
         max_runtime_seconds=None if default_max_runtime else keep(max_runtime),
     )
     with transaction(open_sessions(load_settings())) as session:
-        updated = catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
+        updated = update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
         show_pipeline(session, updated, as_json)
 
 
@@ -646,9 +659,9 @@ def pipeline_list(workspace_id: int, as_json: bool) -> None:
     from pipelines_dagster.api import schemas
 
     with open_sessions(load_settings())() as session:
-        catalog.get_workspace(session, workspace_id)
-        pipelines = catalog.list_pipelines(session, workspace_id=workspace_id)
-        listed = schemas.PipelineList.of(pipelines, catalog.schedule_triggers(session, [p.id for p in pipelines]))
+        get_workspace(session, workspace_id)
+        pipelines = list_pipelines(session, workspace_id=workspace_id)
+        listed = schemas.PipelineList.of(pipelines, schedule_triggers(session, [p.id for p in pipelines]))
     text = "\n".join(describe(shown) for shown in listed.pipelines) or f"workspace {workspace_id} has no pipelines"
     emit(as_json, listed.model_dump(mode="json"), text)
 
@@ -660,14 +673,12 @@ def pipeline_list(workspace_id: int, as_json: bool) -> None:
 def pipeline_show(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
     """One pipeline: its settings, schedule and retry policy."""
     with open_sessions(load_settings())() as session:
-        show_pipeline(
-            session, catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id), as_json
-        )
+        show_pipeline(session, get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id), as_json)
 
 
 def _set_enabled(workspace_id: int, pipeline_id: int, enabled: bool, as_json: bool) -> None:
     with transaction(open_sessions(load_settings())) as session:
-        catalog.set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled)
+        set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled)
     state = "enabled" if enabled else "disabled"
     emit(as_json, {"id": pipeline_id, "enabled": enabled}, f"pipeline {pipeline_id} {state}")
 
@@ -836,7 +847,7 @@ def runs(workspace_id: int, pipeline_id: int, limit: int, cursor: str | None, as
     settings = load_settings()
     sessions = open_sessions(settings)
     with sessions() as session:
-        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
     history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
     page = history.list_runs(workspace_id, pipeline_id=pipeline_id, limit=limit, cursor=cursor)
     lines = [
@@ -875,9 +886,9 @@ def costs(
     from pipelines_dagster.core.ledger.costs import cost_totals
 
     with open_sessions(load_settings())() as session:
-        catalog.get_workspace(session, workspace_id)
+        get_workspace(session, workspace_id)
         if pipeline_id is not None:
-            catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         totals = cost_totals(session, workspace_id=workspace_id, since=since, until=until, pipeline_id=pipeline_id)
     lines = [f"{totals.micros} micro-credits in {plural(totals.charges, 'charge')}"]
     lines += [

@@ -25,7 +25,7 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Document, Pipeline, Workspace
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import set_initial_urls
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources import build_resources
 from pipelines_dagster.runs import Trigger, run_tags
@@ -127,7 +127,7 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url
         else:
             # The site's port may differ from the last demo's.
             connector = session.get_one(Connector, pipeline.connector_id)
-            catalog.set_initial_urls(connector, urls)
+            set_initial_urls(connector, urls)
         return DemoPipeline(workspace.id, pipeline.id, token)
 
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import requests
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import get_pipeline
 from pipelines_dagster.core.run.engine import RunRefused, plan_manual_run
 from pipelines_dagster.runs import (
     BUSY_STATUSES,
@@ -213,7 +213,7 @@ def launch_pipeline_run(
     so no run is created.
     """
     with sessions() as session:
-        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         plan_manual_run(session, pipeline_id)
     launch = launcher or GraphQLLauncher()
     if (busy := launch.busy_run(pipeline_id)) is not None:

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from pipelines_dagster.agent_tools import build_cost_tools
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.ledger.costs import cost_totals
-from pipelines_dagster.core.validation import InvalidInputError
 from tests.assets.conftest import (  # noqa: F401  (fixtures)
     Stack,
     code_location_job,
@@ -95,8 +95,8 @@ def test_new_charges_summed_over_a_history_of_retries_and_re_executions_are_the_
 def test_the_cli_and_the_chat_tool_show_the_ledgers_totals_of_their_workspace_only(cli, workspace):
     sessions = session_factory(cli.engine())
     with transaction(sessions) as session:
-        docs = catalog.create_pipeline(session, workspace_id=workspace["id"], connector_id=None, name="docs").id
-        other = catalog.create_workspace(session, name="Other", owner_user_id="user-2").workspace.id
+        docs = create_pipeline(session, workspace_id=workspace["id"], connector_id=None, name="docs").id
+        other = create_workspace(session, name="Other", owner_user_id="user-2").workspace.id
     billing = Billing(sessions, enabled=True, micros_per_crawl=1000)
     for workspace_id, micros, key in ((workspace["id"], 3000, "a"), (workspace["id"], 2000, "b"), (other, 7000, "c")):
         billing.charge(workspace_id, micros, idempotency_key=key, usage={"pipeline_id": docs, "run_id": key})

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditHold, CreditLedgerEntry, Document, PageChange
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.run.checkpoint import checkpoint_prefix
 from pipelines_dagster.core.storage.blob import LocalBlobStore
@@ -62,8 +62,8 @@ def _seed(dev: Dev) -> tuple[int, int, int]:
         dev.site.route(f"/slow/{n}", page(f"Slow {n}", f"Page {n} answers after a second.", delay=PAGE_DELAY_SECONDS))
         urls.append(dev.site.url(f"/slow/{n}"))
     with transaction(dev.sessions) as session:
-        workspace = catalog.create_workspace(session, name="crash", owner_user_id="owner").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
+        workspace = create_workspace(session, name="crash", owner_user_id="owner").workspace
+        connector = create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
         pipeline = services.create_pipeline(
             session, dev.instance, workspace_id=workspace.id, connector_id=connector.id, name="crash", save_to_kb=True
         )

@@ -28,7 +28,8 @@ from standardwebhooks.webhooks import Webhook
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace, issue_api_token
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.core.catalog.templates import TEMPLATES
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
@@ -96,17 +97,15 @@ class Deployment:
         for n in range(3):
             self.site.route(f"/{name}/{n}", page(f"{name} {n}", f"Content of page {n} of {name}."))
         with transaction(self.sessions) as session:
-            workspace = catalog.create_workspace(session, name=name, owner_user_id="owner").workspace
-            connector = catalog.create_connector(
-                session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls
-            )
+            workspace = create_workspace(session, name=name, owner_user_id="owner").workspace
+            connector = create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
             pipeline = services.create_pipeline(
                 session,
                 self.instance,
                 workspace_id=workspace.id,
                 connector_id=connector.id,
                 name=name,
-                schedule=catalog.ScheduleSpec(**schedule) if schedule else None,
+                schedule=ScheduleSpec(**schedule) if schedule else None,
             )
             ids = workspace.id, pipeline.id
         Billing(self.sessions, enabled=True, micros_per_crawl=1000).grant(ids[0], 1_000_000)
@@ -231,7 +230,7 @@ def test_an_event_of_a_subscribed_type_starts_a_run(deployment: Deployment):
         create_event_trigger(
             session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type="refresh.requested"
         )
-        token = catalog.issue_api_token(session, workspace_id)
+        token = issue_api_token(session, workspace_id)
     answer = httpx.post(
         f"{deployment.api_url}/workspaces/{workspace_id}/events",
         json={"event_type": "refresh.requested", "payload": {"reason": "stale answer"}},
@@ -329,7 +328,7 @@ def test_fires_due_together_run_as_one_batch_run_with_an_entry_per_pipeline(depl
     assert run.status == dg.DagsterRunStatus.SUCCESS and run.tags["trigger"] == "scheduled"
     for workspace_id, pipeline_id in pipelines:
         with transaction(deployment.sessions) as session:
-            token = catalog.issue_api_token(session, workspace_id)
+            token = issue_api_token(session, workspace_id)
         answer = httpx.get(
             f"{deployment.api_url}/workspaces/{workspace_id}/pipelines/{pipeline_id}/runs",
             headers={"Authorization": f"Bearer {token}"},

@@ -16,7 +16,7 @@ from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector
 from pipelines_dagster.history import RUN_STATUS, RunHistory
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import PARTITION_TAG, run_tags
@@ -38,7 +38,7 @@ def rename(stack: Stack, pipeline_id: int, name: str) -> None:
 def add_pipeline(stack: Stack, workspace_id: int, urls: list[str], *, name: str, enabled: bool = True) -> int:
     """Another pipeline, over its own connector, in an existing workspace."""
     with transaction(stack.sessions) as session:
-        connector = catalog.create_connector(session, workspace_id=workspace_id, connector_type="webcrawler", urls=urls)
+        connector = create_connector(session, workspace_id=workspace_id, connector_type="webcrawler", urls=urls)
         return services.create_pipeline(
             session,
             stack.instance,

@@ -13,7 +13,7 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
 from pipelines_dagster.api.schemas import InUtc, IsoText
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import get_pipeline
 from pipelines_dagster.core.kb.changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
 from pipelines_dagster.core.validation import MAX_ID
 
@@ -49,7 +49,7 @@ def list_page_changes(
 ) -> PageChangePage:
     """The pipeline's page changes, newest first; a changed page carries a unified diff (capped at 64 KiB)."""
     with api.sessions() as session:
-        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         rows, next_id = list_changes(
             session,
             workspace_id=workspace_id,
@@ -74,6 +74,6 @@ def get_page_change(
 ) -> PageChangeOut:
     """One page change; a changed page's carries its unified diff. A pages.changed notification links here."""
     with api.sessions() as session:
-        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         change = get_change(session, workspace_id=workspace_id, pipeline_id=pipeline_id, change_id=change_id)
     return PageChangeOut.model_validate(change, from_attributes=True)

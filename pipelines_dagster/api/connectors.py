@@ -19,7 +19,8 @@ from pipelines_dagster.api.schemas import ConnectorCreate, ConnectorList, Connec
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.core.catalog import pipelines as catalog
 from pipelines_dagster.core.crawl.site.config import site_for
-from pipelines_dagster.core.validation import MAX_ID, InvalidInputError
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/connectors", tags=["connectors"])
 

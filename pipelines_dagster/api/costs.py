@@ -13,7 +13,7 @@ from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import InUtc, IsoText
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import get_pipeline
 from pipelines_dagster.core.ledger.costs import CostTotals, cost_totals
 from pipelines_dagster.core.validation import MAX_ID
 
@@ -62,6 +62,6 @@ def get_costs(
     """
     with api.sessions() as session:
         if pipeline_id is not None:
-            catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         totals = cost_totals(session, workspace_id=workspace_id, since=since, until=until, pipeline_id=pipeline_id)
     return CostTotalsOut.of(totals)

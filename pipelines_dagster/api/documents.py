@@ -11,7 +11,7 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
 from pipelines_dagster.api.schemas import DocumentPage
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import get_pipeline
 from pipelines_dagster.core.kb.documents import MAX_LIMIT, DocumentListState, list_documents
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["documents"])
@@ -33,7 +33,7 @@ def list_pipeline_documents(
 ) -> DocumentPage:
     """The pipeline's documents, newest first, without their content; an archived one names the run that archived it."""
     with api.sessions() as session:
-        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
         rows, next_id = list_documents(
             session,
             workspace_id=workspace_id,

@@ -13,7 +13,8 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
 from pipelines_dagster.api.schemas import RunLaunched
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import get_pipeline
+from pipelines_dagster.core.errors import NotFoundError
 from pipelines_dagster.core.storage.blob import JSONL_CONTENT_TYPE, BlobNotFoundError
 from pipelines_dagster.history import PipelineRunDetail, RunPage, RunStatus
 from pipelines_dagster.launch import launch_pipeline_run
@@ -29,14 +30,14 @@ class JSONLinesResponse(StreamingResponse):
 
 def _require_pipeline(api: Api, workspace_id: int, pipeline_id: int) -> None:
     with api.sessions() as session:
-        catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
 
 
 def _pipeline_run(api: Api, workspace_id: int, pipeline_id: int, run_id: uuid.UUID) -> PipelineRunDetail:
     _require_pipeline(api, workspace_id, pipeline_id)
     run = api.history.get_run(workspace_id, str(run_id), pipeline_id=pipeline_id)
     if run is None or run.pipeline_id != pipeline_id:
-        raise catalog.NotFoundError(f"pipeline {pipeline_id} has no run {run_id}")
+        raise NotFoundError(f"pipeline {pipeline_id} has no run {run_id}")
     return run
 
 
@@ -98,9 +99,9 @@ def get_run_result(workspace_id: WorkspaceId, pipeline_id: PipelineId, run_id: R
     """Stream the run's crawl result from the blob store; 404 when the run kept none."""
     run = _pipeline_run(api, workspace_id, pipeline_id, run_id)
     if run.blob_key is None:
-        raise catalog.NotFoundError(f"run {run_id} kept no crawl result; it stopped before crawling")
+        raise NotFoundError(f"run {run_id} kept no crawl result; it stopped before crawling")
     try:
         chunks = api.blob_store.open_stream(run.blob_key)
     except BlobNotFoundError:
-        raise catalog.NotFoundError(f"the crawl result of run {run_id} is no longer stored") from None
+        raise NotFoundError(f"the crawl result of run {run_id} is no longer stored") from None
     return JSONLinesResponse(chunks)

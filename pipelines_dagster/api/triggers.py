@@ -17,6 +17,7 @@ from pipelines_dagster.api.schemas import ErrorResponse, RequestBody
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     MAX_ROTATION_OVERLAP_SECONDS,
@@ -36,7 +37,7 @@ from pipelines_dagster.core.triggers.webhooks import (
     rotate_signing_secret,
     set_trigger_enabled,
 )
-from pipelines_dagster.core.validation import MAX_ID, InvalidInputError
+from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["triggers"])
 webhooks = APIRouter(tags=["webhooks"])

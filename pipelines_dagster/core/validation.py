@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
+from pipelines_dagster.core.errors import InvalidInputError
+
 E = TypeVar("E", bound=enum.Enum)
 T = TypeVar("T")
 
@@ -22,15 +24,6 @@ MAX_URL_LENGTH = 2048
 MAX_ID = 2**53 - 1
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 """A row id a request names (an API body, a tool argument)."""
-
-
-class InvalidInputError(ValueError):
-    """Bad input from a user; `field` names what to fix (a CLI option or an API field)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 def field_rule(validator: Callable[[T], T], *, before: bool = False) -> AfterValidator | BeforeValidator:

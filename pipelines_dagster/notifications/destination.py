@@ -8,9 +8,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.core.security.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
-from pipelines_dagster.core.validation import InvalidInputError, validate_url
+from pipelines_dagster.core.validation import validate_url
 
 
 class DestinationGuard:

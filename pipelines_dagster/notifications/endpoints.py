@@ -17,14 +17,15 @@ from pipelines_dagster.app_db.models import (
     NotificationEndpoint,
     Pipeline,
 )
-from pipelines_dagster.core.catalog.pipelines import NotFoundError, get_workspace
+from pipelines_dagster.core.catalog.pipelines import get_workspace
+from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
 from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     first_secrets,
     new_signing_secret,
     rotate,
 )
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_name
+from pipelines_dagster.core.validation import validate_choice, validate_name
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.events import new_message_id, queue
 from pipelines_dagster.notifications.payloads import TEST_EVENT, NotificationEvent, TestData
@@ -34,7 +35,7 @@ MAX_CREDITS_THRESHOLD_MICROS = 10**12
 MAX_LIMIT = 100
 
 
-class EndpointDisabledError(Exception):
+class EndpointDisabledError(ConflictError):
     """The endpoint is disabled, so what was asked cannot be done now; the message says what to do."""
 
 

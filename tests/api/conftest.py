@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.api import create_app
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace, issue_api_token
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.resources.blob_store import S3BlobStoreResource
 from pipelines_dagster.settings import Settings, load_settings
@@ -225,8 +225,8 @@ def new_tenant(
     index_every_minutes: int | None = None,
 ) -> Tenant:
     with transaction(sessions) as session:
-        created = catalog.create_workspace(session, name=name, owner_user_id=f"owner-{name}")
-        connector = catalog.create_connector(
+        created = create_workspace(session, name=name, owner_user_id=f"owner-{name}")
+        connector = create_connector(
             session,
             workspace_id=created.workspace.id,
             connector_type="webcrawler",
@@ -238,7 +238,7 @@ def new_tenant(
 
 def issue_token(sessions: sessionmaker[Session], workspace_id: int) -> str:
     with transaction(sessions) as session:
-        return catalog.issue_api_token(session, workspace_id)
+        return issue_api_token(session, workspace_id)
 
 
 def tenants_of(

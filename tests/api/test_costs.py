@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditLedgerEntry
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.core.ledger.billing import Billing
 from tests.api.conftest import new_tenant
 
@@ -26,7 +26,7 @@ def charged(sessions, workspace_id: int, pipeline_id: int, micros: int, key: str
 
 def pipeline(sessions, workspace_id: int, name: str) -> int:
     with transaction(sessions) as session:
-        return catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=None, name=name).id
+        return create_pipeline(session, workspace_id=workspace_id, connector_id=None, name=name).id
 
 
 def test_costs_are_the_ledgers_by_pipeline_over_a_range_and_only_the_workspaces_own(client, sessions, tenant):

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
 from pipelines_dagster.edge.server import api_command
 from pipelines_dagster.mcp_server import MCP_PATH
 from tests.api.conftest import REPO_DIR, free_port
@@ -68,8 +68,8 @@ def api(tmp_path_factory) -> Iterator[Api]:
     upgrade(engine)
     sessions = session_factory(engine)
     with transaction(sessions) as session:
-        made = catalog.create_workspace(session, name="edge", owner_user_id="edge")
-        pipeline = catalog.create_pipeline(session, workspace_id=made.workspace.id, connector_id=None, name="p")
+        made = create_workspace(session, name="edge", owner_user_id="edge")
+        pipeline = create_pipeline(session, workspace_id=made.workspace.id, connector_id=None, name="p")
         webhook = create_webhook(session, workspace_id=made.workspace.id, pipeline_id=pipeline.id)
         workspace_id, token = made.workspace.id, made.api_token
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINES_", "DAGSTER_"))}

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import set_pipeline_enabled
 from pipelines_dagster.launch import GraphQLLauncher
 from tests.api.conftest import Tenant, free_port, issue_token, stack_settings
 from tests.assets.conftest import Stack
@@ -22,7 +22,7 @@ def crawled(stack: Stack, client_for, tmp_path):
     a_ok = stack.run(a_pipeline, a_workspace)
     b_ok = stack.run(b_pipeline, b_workspace, trigger="scheduled")
     with transaction(stack.sessions) as session:
-        catalog.set_pipeline_enabled(session, workspace_id=a_workspace, pipeline_id=a_pipeline, enabled=False)
+        set_pipeline_enabled(session, workspace_id=a_workspace, pipeline_id=a_pipeline, enabled=False)
     a_failed = stack.run(a_pipeline, a_workspace)
     assert a_ok.success and b_ok.success and not a_failed.success
     client = client_for(

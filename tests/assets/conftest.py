@@ -17,7 +17,7 @@ from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
 from pipelines_dagster.core.crawl.site.config import SiteConfig
 from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -101,10 +101,8 @@ class Stack:
         """A new workspace with a webcrawler connector (over `urls`, or discovering `site`) and a
         pipeline over it: (workspace id, pipeline id)."""
         with transaction(self.sessions) as session:
-            workspace = catalog.create_workspace(
-                session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}"
-            ).workspace
-            connector = catalog.create_connector(
+            workspace = create_workspace(session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}").workspace
+            connector = create_connector(
                 session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls, site=site
             )
             pipeline = services.create_pipeline(

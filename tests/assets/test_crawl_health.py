@@ -19,7 +19,7 @@ from pipelines_dagster.assets.checks import asset_checks
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import set_initial_urls
 from pipelines_dagster.core.crawl.site.config import SITE_KEY, SiteConfig
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.history import RunHistory
@@ -85,7 +85,7 @@ def archived(stack: Stack, workspace_id: int) -> set[str | None]:
 
 def set_urls(stack: Stack, pipeline_id: int, urls: list[str]) -> None:
     with transaction(stack.sessions) as session:
-        catalog.set_initial_urls(session.get(Connector, session.get(Pipeline, pipeline_id).connector_id), urls)
+        set_initial_urls(session.get(Connector, session.get(Pipeline, pipeline_id).connector_id), urls)
 
 
 def assert_failed_unhealthy(

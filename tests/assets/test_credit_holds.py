@@ -21,7 +21,7 @@ from dagster._core.instance.ref import InstanceRef
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditHold, CreditLedgerEntry
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from tests.assets.conftest import (
     Stack,
@@ -42,13 +42,13 @@ RUNS_DONE_WITHIN_SECONDS = 180
 def one_workspace_with_pipelines(stack: Stack, count: int, urls: int) -> tuple[int, list[int]]:
     """A workspace with `count` pipelines, each over `urls` slow pages of its own (paths /w{n}/...)."""
     with transaction(stack.sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}").workspace
+        workspace = create_workspace(session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}").workspace
         pipeline_ids = []
         for n in range(count):
             paths = [f"/w{n}/{m}" for m in range(urls)]
             for path in paths:
                 stack.web.route(path, page(f"Page {path}", f"Text of {path}.", delay=0.3))
-            connector = catalog.create_connector(
+            connector = create_connector(
                 session, workspace_id=workspace.id, connector_type="webcrawler", urls=[stack.web.url(p) for p in paths]
             )
             pipeline = services.create_pipeline(

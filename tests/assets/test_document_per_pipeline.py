@@ -11,7 +11,7 @@ from pipelines_dagster.app_db.models import Folder, PageChange
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector
 from pipelines_dagster.core.kb.documents import list_documents
 from tests.assets.conftest import Stack
 from tests.support.web import page
@@ -21,7 +21,7 @@ def test_two_pipelines_over_one_url_keep_a_document_each_in_their_folders(stack:
     urls = stack.site(2)
     workspace_id, first = stack.pipeline(urls, folder="Docs")
     with transaction(stack.sessions) as session:
-        connector = catalog.create_connector(session, workspace_id=workspace_id, connector_type="webcrawler", urls=urls)
+        connector = create_connector(session, workspace_id=workspace_id, connector_type="webcrawler", urls=urls)
         second = services.create_pipeline(
             session,
             stack.instance,

@@ -9,7 +9,7 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import set_initial_urls
 from tests.assets.conftest import Stack, materialization, set_pipeline
 from tests.support.web import NOT_FOUND, Reply, page
 
@@ -18,7 +18,7 @@ def set_urls(stack: Stack, pipeline_id: int, urls: list[str]) -> None:
     """Edit the URL list of the pipeline's connector, as a user would between crawls."""
     with transaction(stack.sessions) as session:
         pipeline = session.get(Pipeline, pipeline_id)
-        catalog.set_initial_urls(session.get(Connector, pipeline.connector_id), urls)
+        set_initial_urls(session.get(Connector, pipeline.connector_id), urls)
 
 
 def archived(stack: Stack, workspace_id: int) -> dict[str, str | None]:

@@ -10,18 +10,31 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import (
+    DEDUP_REASON,
+    PipelineChanges,
+    SystemManagedError,
+    create_connector,
+    create_pipeline,
+    create_workspace,
+    delete_pipeline,
+    get_or_create_folder,
+    initial_urls,
+    schedule_triggers,
+    set_pipeline_enabled,
+    update_pipeline,
+)
 from pipelines_dagster.core.catalog.retry import RetryPolicy, validate_retry_policy
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
 def connector_with_own_indexing(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(
+        workspace = create_workspace(session, name="acme", owner_user_id="u").workspace
+        connector = create_connector(
             session,
             workspace_id=workspace.id,
             connector_type="webcrawler",
@@ -48,16 +61,12 @@ def own_schedule(sessions, connector_id: int) -> tuple[PipelineTrigger, Connecto
 
 def user_pipeline(sessions, workspace_id: int, connector_id: int, name: str) -> int:
     with transaction(sessions) as session:
-        return catalog.create_pipeline(
-            session, workspace_id=workspace_id, connector_id=connector_id, name=name, now=NOW
-        ).id
+        return create_pipeline(session, workspace_id=workspace_id, connector_id=connector_id, name=name, now=NOW).id
 
 
 def set_enabled(sessions, workspace_id: int, pipeline_id: int, enabled: bool, now: datetime = NOW) -> None:
     with transaction(sessions) as session:
-        catalog.set_pipeline_enabled(
-            session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled, now=now
-        )
+        set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled, now=now)
 
 
 def test_a_connector_with_periodic_indexing_gets_a_system_pipeline_into_the_kb_root(sessions):
@@ -74,7 +83,7 @@ def test_creating_a_user_pipeline_turns_the_connectors_own_schedule_off(sessions
     workspace_id, connector_id = connector_with_own_indexing(sessions)
     user_pipeline(sessions, workspace_id, connector_id, "mine")
     trigger, connector = own_schedule(sessions, connector_id)
-    assert not trigger.enabled and trigger.disabled_reason == catalog.DEDUP_REASON
+    assert not trigger.enabled and trigger.disabled_reason == DEDUP_REASON
     assert trigger.next_fire_at is None
     assert (connector.periodic_indexing_enabled, connector.next_scheduled_at) == (False, None)
 
@@ -82,9 +91,7 @@ def test_creating_a_user_pipeline_turns_the_connectors_own_schedule_off(sessions
 def test_a_disabled_user_pipeline_does_not_take_over(sessions):
     workspace_id, connector_id = connector_with_own_indexing(sessions)
     with transaction(sessions) as session:
-        catalog.create_pipeline(
-            session, workspace_id=workspace_id, connector_id=connector_id, name="off", enabled=False
-        )
+        create_pipeline(session, workspace_id=workspace_id, connector_id=connector_id, name="off", enabled=False)
     assert own_schedule(sessions, connector_id)[0].enabled
 
 
@@ -96,7 +103,7 @@ def test_the_schedule_returns_only_when_the_last_user_pipeline_lets_go(sessions)
     assert not own_schedule(sessions, connector_id)[0].enabled
     later = NOW + timedelta(hours=2)
     with transaction(sessions) as session:
-        catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=second, now=later)
+        delete_pipeline(session, workspace_id=workspace_id, pipeline_id=second, now=later)
     trigger, connector = own_schedule(sessions, connector_id)
     assert trigger.enabled and trigger.disabled_reason is None
     assert trigger.next_fire_at == later + timedelta(minutes=30) == connector.next_scheduled_at
@@ -171,8 +178,8 @@ def test_concurrent_enables_and_disables_over_one_connector_leave_exactly_one_sc
 
 def test_a_connector_without_periodic_indexing_is_untouched(sessions):
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(
+        workspace = create_workspace(session, name="acme", owner_user_id="u").workspace
+        connector = create_connector(
             session, workspace_id=workspace.id, connector_type="webcrawler", urls=["https://example.com/"]
         )
         ids = workspace.id, connector.id
@@ -187,7 +194,7 @@ def test_a_connector_without_periodic_indexing_is_untouched(sessions):
 
 def test_a_pipeline_over_an_ineligible_connector_type_is_refused_and_nothing_is_written(sessions, monkeypatch):
     from pipelines_dagster.core.catalog import connector_types
-    from pipelines_dagster.core.validation import InvalidInputError
+    from pipelines_dagster.core.errors import InvalidInputError
 
     workspace_id, connector_id = connector_with_own_indexing(sessions)
     monkeypatch.setitem(connector_types.PIPELINE_AVAILABILITY, "webcrawler", connector_types.Availability.MIGRATING)
@@ -220,13 +227,13 @@ def snapshot(sessions, pipeline_id: int) -> dict:
     """What a pipeline says about itself, with its schedule's columns."""
     with sessions() as session:
         pipeline = session.get(Pipeline, pipeline_id)
-        trigger = catalog.schedule_triggers(session, [pipeline_id]).get(pipeline_id)
+        trigger = schedule_triggers(session, [pipeline_id]).get(pipeline_id)
         return {
             "name": pipeline.name,
             "save_to_kb": pipeline.save_to_kb,
             "enabled": pipeline.enabled,
             "folder_id": pipeline.destination_folder_id,
-            "urls": catalog.initial_urls(pipeline),
+            "urls": initial_urls(pipeline),
             "retry": RetryPolicy.of(pipeline),
             "schedule": None if trigger is None else (ScheduleSpec.of(trigger), trigger.next_fire_at),
         }
@@ -234,11 +241,11 @@ def snapshot(sessions, pipeline_id: int) -> dict:
 
 def update(sessions, workspace_id: int, pipeline_id: int, now: datetime = NOW, **changes) -> None:
     with transaction(sessions) as session:
-        catalog.update_pipeline(
+        update_pipeline(
             session,
             workspace_id=workspace_id,
             pipeline_id=pipeline_id,
-            changes=catalog.PipelineChanges(**changes),
+            changes=PipelineChanges(**changes),
             now=now,
         )
 
@@ -254,8 +261,8 @@ def refused(sessions, workspace_id: int, pipeline_id: int, **changes) -> Invalid
 @pytest.fixture
 def workspace_and_connector(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(
+        workspace = create_workspace(session, name="acme", owner_user_id="u").workspace
+        connector = create_connector(
             session, workspace_id=workspace.id, connector_type="webcrawler", urls=["https://example.com/"]
         )
         return workspace.id, connector.id
@@ -265,8 +272,8 @@ def test_create_takes_a_folder_id_urls_a_schedule_and_a_retry_policy(sessions, w
     workspace_id, connector_id = workspace_and_connector
     policy = validate_retry_policy(backoff="linear", max_retries=5, delay_seconds=30)
     with transaction(sessions) as session:
-        folder_id = catalog.get_or_create_folder(session, workspace_id=workspace_id, name="Docs").id
-        pipeline_id = catalog.create_pipeline(
+        folder_id = get_or_create_folder(session, workspace_id=workspace_id, name="Docs").id
+        pipeline_id = create_pipeline(
             session,
             workspace_id=workspace_id,
             connector_id=connector_id,
@@ -291,7 +298,7 @@ def test_create_takes_a_folder_id_urls_a_schedule_and_a_retry_policy(sessions, w
 def test_update_changes_only_what_is_given_and_none_clears(sessions, workspace_and_connector):
     workspace_id, connector_id = workspace_and_connector
     with transaction(sessions) as session:
-        pipeline_id = catalog.create_pipeline(
+        pipeline_id = create_pipeline(
             session,
             workspace_id=workspace_id,
             connector_id=connector_id,
@@ -334,8 +341,8 @@ def test_update_changes_only_what_is_given_and_none_clears(sessions, workspace_a
 def test_update_rules_refuse_with_the_field_and_write_nothing(sessions, workspace_and_connector):
     workspace_id, connector_id = workspace_and_connector
     with transaction(sessions) as session:
-        other = catalog.create_workspace(session, name="globex", owner_user_id="v").workspace.id
-        foreign_folder = catalog.get_or_create_folder(session, workspace_id=other, name="Theirs").id
+        other = create_workspace(session, name="globex", owner_user_id="v").workspace.id
+        foreign_folder = get_or_create_folder(session, workspace_id=other, name="Theirs").id
         drive = Connector(workspace_id=workspace_id, name="drive", connector_type="google_drive")
         session.add(drive)
         session.flush()
@@ -358,16 +365,16 @@ def test_update_rules_refuse_with_the_field_and_write_nothing(sessions, workspac
     ]
     for pipeline_id, changes, field in cases:
         assert refused(sessions, workspace_id, pipeline_id, **changes).field == field, changes
-    with pytest.raises(catalog.NotFoundError):
+    with pytest.raises(NotFoundError):
         update(sessions, other, first, name="stolen")
 
 
 def test_a_connector_of_another_workspace_is_invalid_input_on_connector_id(sessions, workspace_and_connector):
     _, connector_id = workspace_and_connector
     with transaction(sessions) as session:
-        other = catalog.create_workspace(session, name="globex", owner_user_id="v").workspace.id
+        other = create_workspace(session, name="globex", owner_user_id="v").workspace.id
     with pytest.raises(InvalidInputError) as caught, transaction(sessions) as session:
-        catalog.create_pipeline(session, workspace_id=other, connector_id=connector_id, name="steal")
+        create_pipeline(session, workspace_id=other, connector_id=connector_id, name="steal")
     assert (caught.value.field, caught.value.message) == (
         "connector_id",
         f"connector {connector_id} is not in workspace {other}",
@@ -379,14 +386,12 @@ def test_the_connectors_own_indexing_pipeline_is_refused_by_every_edit(sessions)
     system_id = own_schedule(sessions, connector_id)[0].pipeline_id
     before = snapshot(sessions, system_id)
     for edit in (
-        lambda session: catalog.update_pipeline(
-            session, workspace_id=workspace_id, pipeline_id=system_id, changes=catalog.PipelineChanges(name="mine")
+        lambda session: update_pipeline(
+            session, workspace_id=workspace_id, pipeline_id=system_id, changes=PipelineChanges(name="mine")
         ),
-        lambda session: catalog.set_pipeline_enabled(
-            session, workspace_id=workspace_id, pipeline_id=system_id, enabled=False
-        ),
-        lambda session: catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=system_id),
+        lambda session: set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=system_id, enabled=False),
+        lambda session: delete_pipeline(session, workspace_id=workspace_id, pipeline_id=system_id),
     ):
-        with pytest.raises(catalog.SystemManagedError, match="periodic indexing"), transaction(sessions) as session:
+        with pytest.raises(SystemManagedError, match="periodic indexing"), transaction(sessions) as session:
             edit(session)
     assert snapshot(sessions, system_id) == before

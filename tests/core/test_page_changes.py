@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, PageState, Pipeline
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_workspace
 from pipelines_dagster.core.crawl.health import CrawlHealth
 from pipelines_dagster.core.crawl.record import CrawlRecord
 from pipelines_dagster.core.kb import changes as page_changes
@@ -31,7 +31,7 @@ def failed(url: str, http_status: int | None) -> CrawlRecord:
 @pytest.fixture
 def pipeline(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="owner").workspace
+        workspace = create_workspace(session, name="acme", owner_user_id="owner").workspace
         pipeline = Pipeline(workspace_id=workspace.id, name="p")
         session.add(pipeline)
         session.flush()

@@ -22,7 +22,7 @@ from pipelines_dagster.app_db.models import (
     PipelineTrigger,
     WebhookDelivery,
 )
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_workspace
 from pipelines_dagster.core.storage.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore, run_result_key
 from pipelines_dagster.core.storage.retention import (
     ABANDONED_WRITE_AGE,
@@ -147,7 +147,7 @@ def test_a_write_killed_mid_object_is_removed_by_retention_once_no_live_run_can_
 @pytest.fixture
 def trigger(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="owner").workspace
+        workspace = create_workspace(session, name="acme", owner_user_id="owner").workspace
         pipeline = Pipeline(workspace_id=workspace.id, name="p")
         session.add(pipeline)
         session.flush()

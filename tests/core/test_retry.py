@@ -8,7 +8,7 @@ import pytest
 
 from pipelines_dagster.app_db.models import RetryBackoff
 from pipelines_dagster.core.catalog.retry import MAX_DELAY_SECONDS, RetryPolicy, validate_retry_policy
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.errors import InvalidInputError
 
 
 def test_linear_backoff_adds_the_base_delay_per_retry():

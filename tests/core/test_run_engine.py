@@ -8,11 +8,16 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import (
+    create_connector,
+    create_pipeline,
+    create_workspace,
+    set_pipeline_enabled,
+)
 from pipelines_dagster.core.catalog.templates import seed_templates
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.run.engine import RunRefused, plan_manual_run, plan_run
 from pipelines_dagster.core.triggers.webhooks import create_manual_trigger, set_trigger_enabled
-from pipelines_dagster.core.validation import InvalidInputError
 
 
 def manual_triggers(sessions, pipeline_id: int) -> list[tuple[int, bool]]:
@@ -29,15 +34,15 @@ def manual_triggers(sessions, pipeline_id: int) -> list[tuple[int, bool]]:
 def made(sessions) -> tuple[int, int, int]:
     """(workspace, user pipeline, the connector's own indexing pipeline), each made as the CLI and API make them."""
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(
+        workspace = create_workspace(session, name="acme", owner_user_id="u").workspace
+        connector = create_connector(
             session,
             workspace_id=workspace.id,
             connector_type="webcrawler",
             urls=["https://example.com/"],
             index_every_minutes=60,
         )
-        pipeline = catalog.create_pipeline(session, workspace_id=workspace.id, connector_id=connector.id, name="p")
+        pipeline = create_pipeline(session, workspace_id=workspace.id, connector_id=connector.id, name="p")
         system = session.scalar(
             sa.select(Pipeline.id).where(Pipeline.connector_id == connector.id, Pipeline.system_managed.is_(True))
         )
@@ -84,7 +89,7 @@ def test_a_manual_trigger_switched_off_refuses_run_now_but_not_the_crawl_step(se
 def test_a_disabled_pipeline_is_refused_for_being_disabled_whatever_its_manual_trigger(sessions, made):
     workspace_id, pipeline_id, _ = made
     with transaction(sessions) as session:
-        catalog.set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=False)
+        set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=False)
     with sessions() as session, pytest.raises(RunRefused, match=f"pipeline {pipeline_id} is disabled; enable it"):
         plan_manual_run(session, pipeline_id)
 

@@ -18,7 +18,8 @@ from pipelines_dagster.core.catalog.schedules import (
     wall_clock,
     wall_time_instant,
 )
-from pipelines_dagster.core.validation import InvalidInputError, validate_url, validate_urls
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.validation import validate_url, validate_urls
 
 
 def test_next_cron_fire_is_evaluated_in_the_schedules_timezone_across_dst():

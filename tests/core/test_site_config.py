@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines_dagster.core.crawl.site.config import CrawlMode, PathPattern, SiteConfig, crawl_mode
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.errors import InvalidInputError
 
 
 def test_globs_match_within_a_segment_across_segments_and_one_character():

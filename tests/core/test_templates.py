@@ -11,9 +11,19 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline, PipelineTrigger, TriggerKind
-from pipelines_dagster.core.catalog import pipelines as catalog
-from pipelines_dagster.core.catalog.pipelines import PipelineChanges, SystemManagedError
+from pipelines_dagster.core.catalog.pipelines import (
+    PipelineChanges,
+    SystemManagedError,
+    create_connector,
+    create_pipeline,
+    create_workspace,
+    delete_pipeline,
+    initial_urls,
+    set_pipeline_enabled,
+    update_pipeline,
+)
 from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.core.catalog.templates import (
     BY_KEY,
     SCHEDULE_OFF_REASON,
@@ -23,6 +33,7 @@ from pipelines_dagster.core.catalog.templates import (
     template_of,
 )
 from pipelines_dagster.core.crawl.site.config import SITE_KEY, SiteConfig
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.triggers.fires import Taken
 from pipelines_dagster.core.triggers.queue import take_events
 from pipelines_dagster.core.triggers.scheduler import claim_due
@@ -33,7 +44,6 @@ from pipelines_dagster.core.triggers.webhooks import (
     pipeline_triggers,
     set_trigger_enabled,
 )
-from pipelines_dagster.core.validation import InvalidInputError
 from tests.support.db import row_counts
 from tests.support.runs import KnownRuns
 
@@ -42,7 +52,7 @@ pytestmark = pytest.mark.integration
 
 def new_workspace(sessions, name: str = "Acme") -> int:
     with transaction(sessions) as session:
-        return catalog.create_workspace(session, name=name, owner_user_id="user-1").workspace.id
+        return create_workspace(session, name=name, owner_user_id="user-1").workspace.id
 
 
 def seed(sessions, workspace_id: int):
@@ -94,7 +104,7 @@ def test_a_workspace_gets_every_template_disabled_its_manual_and_event_triggers_
                     PipelineTrigger.pipeline_id == pipeline.id, PipelineTrigger.kind == TriggerKind.SCHEDULE.value
                 )
             )
-            assert catalog.ScheduleSpec.of(schedule) == template.schedule and schedule.next_fire_at is None
+            assert ScheduleSpec.of(schedule) == template.schedule and schedule.next_fire_at is None
     # A raw-crawl template and a KB one, a list crawl and a site crawl: the catalog covers each.
     assert {template.save_to_kb for template in TEMPLATES} == {True, False}
     assert {template.mode for template in TEMPLATES} == {"list", "site"}
@@ -103,7 +113,7 @@ def test_a_workspace_gets_every_template_disabled_its_manual_and_event_triggers_
 def test_seeding_an_existing_workspace_adds_the_templates_beside_its_own_pipelines(sessions):
     workspace_id = new_workspace(sessions)
     with transaction(sessions) as session:
-        own = catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=None, name="Site sync").id
+        own = create_pipeline(session, workspace_id=workspace_id, connector_id=None, name="Site sync").id
     report = seed(sessions, workspace_id)
 
     seeded = templates_of(sessions, workspace_id)
@@ -123,7 +133,7 @@ def test_reseeding_keeps_enabled_flags_and_trigger_rows_the_user_changed(session
     watch, faq, audit = seeded["change_watch"], seeded["faq_refresh"], seeded["weekly_link_audit"]
     with transaction(sessions) as session:
         # Turned on: given URLs (its own connector) and enabled, its schedule opted into.
-        catalog.update_pipeline(
+        update_pipeline(
             session,
             workspace_id=workspace_id,
             pipeline_id=watch.id,
@@ -147,7 +157,7 @@ def test_reseeding_keeps_enabled_flags_and_trigger_rows_the_user_changed(session
         session.delete(manual)
         create_webhook_trigger(session, workspace_id=workspace_id, pipeline_id=faq.id, signing="standard")
         # And one deleted outright.
-        catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=audit.id)
+        delete_pipeline(session, workspace_id=workspace_id, pipeline_id=audit.id)
     before = {key: triggers_of(sessions, pipeline.id) for key, pipeline in templates_of(sessions, workspace_id).items()}
     with sessions() as session:
         watch_next = session.get(PipelineTrigger, watch_schedule.id).next_fire_at
@@ -174,15 +184,13 @@ def test_a_template_is_turned_on_by_urls_or_a_connector_and_refused_without_eith
     seeded = templates_of(sessions, workspace_id)
     before = row_counts(sessions.kw["bind"])
     with pytest.raises(InvalidInputError) as refused, transaction(sessions) as session:
-        catalog.set_pipeline_enabled(
-            session, workspace_id=workspace_id, pipeline_id=seeded["docs_nightly"].id, enabled=True
-        )
+        set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=seeded["docs_nightly"].id, enabled=True)
     assert refused.value.field == "enabled" and "give it a connector_id or urls" in refused.value.message
     assert row_counts(sessions.kw["bind"]) == before
 
     with transaction(sessions) as session:
         # A site template given start URLs crawls the site from them, within the template's bounds.
-        docs = catalog.update_pipeline(
+        docs = update_pipeline(
             session,
             workspace_id=workspace_id,
             pipeline_id=seeded["docs_nightly"].id,
@@ -191,12 +199,12 @@ def test_a_template_is_turned_on_by_urls_or_a_connector_and_refused_without_eith
         connector = session.get(Connector, docs.connector_id)
         site = SiteConfig.read(connector.config[SITE_KEY])
         assert (site.start_urls, site.max_depth, site.max_pages) == (("https://docs.example.com/",), 3, 2000)
-        assert docs.enabled and catalog.initial_urls(docs) is None and disabled_reason(docs) is None
+        assert docs.enabled and initial_urls(docs) is None and disabled_reason(docs) is None
         # A list template given a workspace connector crawls it.
-        other = catalog.create_connector(
+        other = create_connector(
             session, workspace_id=workspace_id, connector_type="webcrawler", urls=["https://example.com/faq"]
         )
-        faq = catalog.update_pipeline(
+        faq = update_pipeline(
             session,
             workspace_id=workspace_id,
             pipeline_id=seeded["faq_refresh"].id,
@@ -204,7 +212,7 @@ def test_a_template_is_turned_on_by_urls_or_a_connector_and_refused_without_eith
         )
         assert (faq.connector_id, faq.enabled) == (other.id, True)
     with pytest.raises(InvalidInputError) as bad, transaction(sessions) as session:
-        catalog.update_pipeline(
+        update_pipeline(
             session,
             workspace_id=workspace_id,
             pipeline_id=seeded["site_sync"].id,
@@ -228,7 +236,7 @@ def test_a_disabled_templates_triggers_fire_into_nothing(sessions):
     now = datetime.now(UTC)
     with transaction(sessions) as session:
         # Given its start URLs, its schedule opted into, and the template itself left off.
-        catalog.update_pipeline(
+        update_pipeline(
             session,
             workspace_id=workspace_id,
             pipeline_id=docs.id,
@@ -267,7 +275,7 @@ def test_a_disabled_templates_triggers_fire_into_nothing(sessions):
 def test_a_connectors_own_schedule_is_not_switched_by_hand(sessions):
     workspace_id = new_workspace(sessions)
     with transaction(sessions) as session:
-        connector = catalog.create_connector(
+        connector = create_connector(
             session,
             workspace_id=workspace_id,
             connector_type="webcrawler",

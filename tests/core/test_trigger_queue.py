@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, WebhookDelivery
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_pipeline, create_workspace
 from pipelines_dagster.core.triggers.fires import Budget
 from pipelines_dagster.core.triggers.queue import concerns, take_deliveries, take_events
 from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
@@ -23,19 +23,19 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 def new_pipeline(session, workspace_id: int, *, connector: bool = False) -> Pipeline:
     connector_id = (
-        catalog.create_connector(
+        create_connector(
             session, workspace_id=workspace_id, connector_type="webcrawler", urls=["https://example.com/"]
         ).id
         if connector
         else None
     )
-    return catalog.create_pipeline(
+    return create_pipeline(
         session, workspace_id=workspace_id, connector_id=connector_id, name=f"p-{uuid.uuid4().hex[:6]}"
     )
 
 
 def new_workspace(session) -> int:
-    return catalog.create_workspace(session, name="acme", owner_user_id="u").workspace.id
+    return create_workspace(session, name="acme", owner_user_id="u").workspace.id
 
 
 def deliveries(sessions, count: int) -> tuple[int, list[int]]:

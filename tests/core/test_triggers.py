@@ -12,7 +12,8 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, WebhookBodyDigest, WebhookDelivery
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace, hash_token
+from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 from pipelines_dagster.core.security.signing import sign as sign_standard
 from pipelines_dagster.core.storage.retention import cutoff, prune_webhook_deliveries
 from pipelines_dagster.core.triggers.webhooks import (
@@ -27,7 +28,6 @@ from pipelines_dagster.core.triggers.webhooks import (
     sign,
     trigger_payload,
 )
-from pipelines_dagster.core.validation import InvalidInputError
 from tests.support.webhooks import standard_headers
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -36,10 +36,8 @@ NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 @pytest.fixture
 def pipeline(sessions) -> tuple[int, int]:
     with transaction(sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        made = catalog.create_pipeline(
-            session, workspace_id=workspace.id, connector_id=None, name=f"p-{uuid.uuid4().hex[:6]}"
-        )
+        workspace = create_workspace(session, name="acme", owner_user_id="u").workspace
+        made = create_pipeline(session, workspace_id=workspace.id, connector_id=None, name=f"p-{uuid.uuid4().hex[:6]}")
         return workspace.id, made.id
 
 
@@ -68,7 +66,7 @@ def deliveries(sessions, token: str | None = None) -> int:
     """Stored deliveries, of the token's trigger when given (the PostgreSQL database is shared by tests)."""
     query = sa.select(sa.func.count()).select_from(WebhookDelivery)
     if token is not None:
-        query = query.join(PipelineTrigger).where(PipelineTrigger.webhook_secret_hash == catalog.hash_token(token))
+        query = query.join(PipelineTrigger).where(PipelineTrigger.webhook_secret_hash == hash_token(token))
     with sessions() as session:
         return session.scalar(query)
 
@@ -86,7 +84,7 @@ def test_only_the_token_hash_is_stored(sessions, webhook):
         hashes = session.scalars(
             sa.select(PipelineTrigger.webhook_secret_hash).where(PipelineTrigger.kind == "webhook")
         ).all()
-    assert webhook not in hashes and catalog.hash_token(webhook) in hashes
+    assert webhook not in hashes and hash_token(webhook) in hashes
 
 
 def test_new_webhook_triggers_sign_in_standard_mode_with_a_secret_that_is_not_the_token(sessions, pipeline):
@@ -371,7 +369,7 @@ def test_a_deleted_github_trigger_takes_its_digests_with_it(sessions, pipeline, 
     deliver(sessions, webhook, body, **{"X-Hub-Signature-256": sign(body, webhook)})
     with sessions() as session:
         trigger_id = session.scalars(
-            sa.select(PipelineTrigger.id).where(PipelineTrigger.webhook_secret_hash == catalog.hash_token(webhook))
+            sa.select(PipelineTrigger.id).where(PipelineTrigger.webhook_secret_hash == hash_token(webhook))
         ).one()
     assert digests(sessions, trigger_id) == 1
     with transaction(sessions) as session:
@@ -416,8 +414,8 @@ def test_event_triggers_accept_only_documented_types(sessions, pipeline):
 
 def test_another_workspaces_pipeline_cannot_be_subscribed(sessions, pipeline):
     with transaction(sessions) as session:
-        other = catalog.create_workspace(session, name="other", owner_user_id="v").workspace.id
-    with pytest.raises(catalog.NotFoundError), transaction(sessions) as session:
+        other = create_workspace(session, name="other", owner_user_id="v").workspace.id
+    with pytest.raises(NotFoundError), transaction(sessions) as session:
         create_event_trigger(session, workspace_id=other, pipeline_id=pipeline[1], event_type="folder.changed")
 
 
@@ -431,5 +429,5 @@ def test_emit_event_validates_type_workspace_and_ids(sessions, pipeline):
         emit_event(
             session, workspace_id=pipeline[0], event_type="connector.urls_changed", payload={"connector_id": "7"}
         )
-    with pytest.raises(catalog.NotFoundError), transaction(sessions) as session:
+    with pytest.raises(NotFoundError), transaction(sessions) as session:
         emit_event(session, workspace_id=10**9, event_type="refresh.requested")

@@ -15,7 +15,7 @@ from standardwebhooks.webhooks import Webhook
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Workspace
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_workspace
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import NewEndpoint, create_endpoint
@@ -57,7 +57,7 @@ def workspace(sessions: sessionmaker[Session]) -> Iterator[int]:
     """A workspace, deleted with its endpoints and deliveries afterwards: a sender sends whatever is
     due in the database, and the PostgreSQL one lives as long as the test session."""
     with transaction(sessions) as session:
-        workspace_id = catalog.create_workspace(session, name="Acme", owner_user_id="user-1").workspace.id
+        workspace_id = create_workspace(session, name="Acme", owner_user_id="user-1").workspace.id
     yield workspace_id
     with transaction(sessions) as session:
         session.execute(sa.delete(Workspace).where(Workspace.id == workspace_id))

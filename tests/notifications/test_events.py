@@ -14,7 +14,7 @@ from pipelines_dagster.app_db.models import NotificationDelivery
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import set_endpoint_enabled
@@ -69,9 +69,7 @@ def test_a_succeeded_run_brings_one_run_succeeded_with_counts_duration_and_charg
     urls = embedded.site(2)
     workspace_id, pipeline_id = embedded.pipeline(urls, credit=10 * embedded.micros_per_crawl)
     with transaction(embedded.sessions) as session:
-        other_pipeline = catalog.create_pipeline(
-            session, workspace_id=workspace_id, connector_id=None, name="uploads"
-        ).id
+        other_pipeline = create_pipeline(session, workspace_id=workspace_id, connector_id=None, name="uploads").id
     created = endpoint(embedded.sessions, workspace_id, receiver.url(HOOK), events=["run.succeeded"])
     endpoint(embedded.sessions, workspace_id, receiver.url("/failures"), events=["run.failed"])
     endpoint(embedded.sessions, workspace_id, receiver.url("/narrow"), pipeline_ids=[other_pipeline])

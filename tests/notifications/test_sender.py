@@ -18,8 +18,8 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import NotificationDelivery, NotificationEndpoint
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
-from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import (
     EndpointDisabledError,

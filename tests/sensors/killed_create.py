@@ -18,7 +18,7 @@ from dagster._serdes import deserialize_value
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 
@@ -30,7 +30,7 @@ def main(order: str, url: str, workspace_id: str, name: str) -> None:
         if order == "services":
             services.create_pipeline(session, instance, **fields)
         else:
-            add_pipeline_partitions(instance, [catalog.create_pipeline(session, **fields).id])
+            add_pipeline_partitions(instance, [create_pipeline(session, **fields).id])
         print("uncommitted", flush=True)
         time.sleep(600)
         raise SystemExit("not killed")

@@ -23,7 +23,7 @@ from dagster._serdes import serialize_value
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, WebhookDelivery
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
 from pipelines_dagster.core.triggers.fires import GRACE
 from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -140,10 +140,9 @@ def webhook_rows(app_db: AppDatabaseResource) -> Scenario:
 
 def event_rows(app_db: AppDatabaseResource) -> Scenario:
     with transaction(app_db.sessions) as session:
-        workspace_id = catalog.create_workspace(session, name="events", owner_user_id="u").workspace.id
+        workspace_id = create_workspace(session, name="events", owner_user_id="u").workspace.id
         pipelines = [
-            catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=None, name=f"p{n}").id
-            for n in range(2)
+            create_pipeline(session, workspace_id=workspace_id, connector_id=None, name=f"p{n}").id for n in range(2)
         ]
         triggers = [
             create_event_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=EVENT_TYPE).id

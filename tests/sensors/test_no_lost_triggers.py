@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
 from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.events import build_event_sensor
@@ -136,10 +136,10 @@ def api_url(postgres_url: str, tmp_path: Path) -> Iterator[str]:
 
 def test_concurrent_deliveries_and_events_each_request_exactly_one_run_per_pipeline(instance, app_db, api_url):
     with transaction(app_db.sessions) as session:
-        made = catalog.create_workspace(session, name="load", owner_user_id="load")
+        made = create_workspace(session, name="load", owner_user_id="load")
         workspace_id = made.workspace.id
         hooked, *subscribed, disabled = (
-            catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=None, name=f"p{n}")
+            create_pipeline(session, workspace_id=workspace_id, connector_id=None, name=f"p{n}")
             for n in range(SUBSCRIBERS + 2)
         )
         hook = create_webhook(session, workspace_id=workspace_id, pipeline_id=hooked.id)

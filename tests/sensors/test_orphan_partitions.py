@@ -17,7 +17,7 @@ from dagster._serdes import serialize_value
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_workspace
 from pipelines_dagster.partitions import PARTITIONS_NAME, partition_key
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
@@ -30,7 +30,7 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def workspace_id(app_db: AppDatabaseResource) -> int:
     with transaction(app_db.sessions) as session:
-        return catalog.create_workspace(session, name="acme", owner_user_id="u").workspace.id
+        return create_workspace(session, name="acme", owner_user_id="u").workspace.id
 
 
 def partitions(instance: dg.DagsterInstance) -> set[str]:

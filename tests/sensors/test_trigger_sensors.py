@@ -13,7 +13,8 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobO
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.batch import OP_NAME
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_pipeline, create_workspace
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.core.storage.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -44,17 +45,17 @@ def app_db(app_engine) -> AppDatabaseResource:
 def make_pipeline(app_db: AppDatabaseResource, *, due: bool = True, enabled: bool = True) -> tuple[int, int, int]:
     """(workspace id, pipeline id, trigger id) of a pipeline with an every-minute cron."""
     with transaction(app_db.sessions) as session:
-        workspace = catalog.create_workspace(session, name="acme", owner_user_id="u").workspace
-        connector = catalog.create_connector(
+        workspace = create_workspace(session, name="acme", owner_user_id="u").workspace
+        connector = create_connector(
             session, workspace_id=workspace.id, connector_type="webcrawler", urls=["https://example.com/"]
         )
-        pipeline = catalog.create_pipeline(
+        pipeline = create_pipeline(
             session,
             workspace_id=workspace.id,
             connector_id=connector.id,
             name=f"p-{uuid.uuid4().hex[:6]}",
             enabled=enabled,
-            schedule=catalog.ScheduleSpec(cron="* * * * *", timezone="UTC"),
+            schedule=ScheduleSpec(cron="* * * * *", timezone="UTC"),
         )
         trigger = session.query(PipelineTrigger).filter_by(pipeline_id=pipeline.id, kind="schedule").one()
         if due:
@@ -363,7 +364,7 @@ def test_events_start_the_subscribed_pipelines_they_concern(instance, app_db):
     workspace_id, subscribed, _ = make_pipeline(app_db, due=False)
     with transaction(app_db.sessions) as session:
         connector_id = session.get(Pipeline, subscribed).connector_id
-        other = catalog.create_pipeline(session, workspace_id=workspace_id, connector_id=None, name="unsubscribed").id
+        other = create_pipeline(session, workspace_id=workspace_id, connector_id=None, name="unsubscribed").id
         trigger = create_event_trigger(
             session, workspace_id=workspace_id, pipeline_id=subscribed, event_type="connector.urls_changed"
         )

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from tests.api.conftest import _location_loaded, free_port
 from tests.support.processes import stop_group
@@ -131,8 +131,8 @@ def seed(
         dev.site.route(f"/{name}/{n}", page(f"{topic or name} {n}", f"Page {n} of {topic or name}.", delay=delay))
         urls.append(dev.site.url(f"/{name}/{n}"))
     with transaction(dev.sessions) as session:
-        workspace = catalog.create_workspace(session, name=name, owner_user_id=f"owner-{name}").workspace
-        connector = catalog.create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
+        workspace = create_workspace(session, name=name, owner_user_id=f"owner-{name}").workspace
+        connector = create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)
         pipeline = services.create_pipeline(
             session,
             dev.instance,

@@ -33,8 +33,8 @@ from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, validate_interval
 from pipelines_dagster.core.crawl.site.config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
+from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
 from pipelines_dagster.core.validation import (
-    InvalidInputError,
     validate_choice,
     validate_max_runtime,
     validate_name,
@@ -52,11 +52,7 @@ LAST_USED_RESOLUTION = timedelta(minutes=5)
 T = TypeVar("T")
 
 
-class NotFoundError(LookupError):
-    """A referenced row does not exist (or is not in the caller's workspace)."""
-
-
-class SystemManagedError(Exception):
+class SystemManagedError(ConflictError):
     """The pipeline is a connector's own periodic indexing: it follows the connector, not edits."""
 
 

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 
 from pipelines_dagster.app_db.models import Pipeline, RetryBackoff
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice, whole_number_in
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.validation import validate_choice, whole_number_in
 
 MAX_RETRIES = 10
 # A second at least: a smaller wait retries at once against what just failed (1e-300 s was accepted).

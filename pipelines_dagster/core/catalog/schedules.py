@@ -22,7 +22,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, available_timezones
 
-from pipelines_dagster.core.validation import InvalidInputError, whole_number_in
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.validation import whole_number_in
 
 # A leap year: beyond that an interval is not a schedule anybody means.
 MAX_EVERY_MINUTES = 366 * 24 * 60

@@ -37,8 +37,9 @@ from pipelines_dagster.core.crawl.types import (
     UrlSource,
     distinct,
 )
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.security.ssrf import AddressError, AddressGuard, PinnedTransport, Resolver
-from pipelines_dagster.core.validation import InvalidInputError, validate_url
+from pipelines_dagster.core.validation import validate_url
 
 PAGE_TYPES = HTML_TYPES | {PLAIN_TEXT}
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})

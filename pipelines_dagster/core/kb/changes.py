@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange, PageChangeStatus, PageState
-from pipelines_dagster.core.catalog.pipelines import NotFoundError
 from pipelines_dagster.core.crawl.health import CrawlHealth
 from pipelines_dagster.core.crawl.record import CrawlRecord
+from pipelines_dagster.core.errors import NotFoundError
 from pipelines_dagster.core.kb.index import DOCUMENT_TYPE, GONE_HTTP_STATUSES, chunks, content_hash
 
 Observation = Literal["seen", "gone", "skipped"]

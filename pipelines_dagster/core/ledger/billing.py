@@ -30,6 +30,7 @@ from pipelines_dagster.app_db.models import (
     TokenUsage,
     Workspace,
 )
+from pipelines_dagster.core.errors import NotFoundError
 from pipelines_dagster.notifications.events import queue_credits_low
 
 WEB_CRAWL_USAGE = "web_crawl"
@@ -42,7 +43,7 @@ class InsufficientCreditsError(Exception):
     """The workspace cannot pay for the crawl it asked for."""
 
 
-class UnknownWorkspaceError(LookupError):
+class UnknownWorkspaceError(NotFoundError):
     pass
 
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry, LedgerKind, Pipeline, TokenUsage
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.errors import InvalidInputError
 
 
 def crawl_charge_key(root_run_id: str, partition_key: str) -> str:

@@ -31,11 +31,11 @@ from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.record import CrawlRecord, StoredPage, read_crawl, write_crawl
 from pipelines_dagster.core.crawl.site.config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode
 from pipelines_dagster.core.crawl.types import CrawlOutcome, ListSource, PreviousFetch, UrlSource
+from pipelines_dagster.core.errors import ConflictError, InvalidInputError
 from pipelines_dagster.core.ledger.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.run.checkpoint import Checkpoint
 from pipelines_dagster.core.storage.blob import BlobNotFoundError, BlobStore, run_result_key
 from pipelines_dagster.core.storage.locks import HeldLock, LockHeldError, Locks, connector_lock_name, pipeline_lock_name
-from pipelines_dagster.core.validation import InvalidInputError
 
 if TYPE_CHECKING:
     from pipelines_dagster.core.crawl.crawler import Crawler
@@ -57,7 +57,7 @@ _FAULT_WINDOW = 64 * 1024
 FAILED_URLS_SHOWN = 20
 
 
-class RunRefused(Exception):
+class RunRefused(ConflictError):
     """A guard stopped the run before any crawl or charge; the message says why."""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook
 
-from pipelines_dagster.core.validation import InvalidInputError
+from pipelines_dagster.core.errors import InvalidInputError
 
 SIGNING_SECRET_PREFIX = "whsec_"
 DEFAULT_ROTATION_OVERLAP_SECONDS = 24 * 3600

@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, TriggerKind
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.triggers.fires import GRACE, Budget, Runs, Taken, take_within
-from pipelines_dagster.core.validation import InvalidInputError
 from pipelines_dagster.runs import Trigger, run_tags, schedule_run_key, schedule_tags
 
 # Every due trigger is claimed in the tick it falls due (no cap on rows), within the time budget;

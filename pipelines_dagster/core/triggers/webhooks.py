@@ -42,7 +42,6 @@ from pipelines_dagster.app_db.models import (
     WebhookSigning,
 )
 from pipelines_dagster.core.catalog.pipelines import (
-    NotFoundError,
     SystemManagedError,
     get_pipeline,
     get_workspace,
@@ -51,6 +50,7 @@ from pipelines_dagster.core.catalog.pipelines import (
     refused_as_sequential,
 )
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     first_secrets,
@@ -60,7 +60,7 @@ from pipelines_dagster.core.security.signing import (
     validate_overlap,
 )
 from pipelines_dagster.core.security.signing import sign as sign_standard
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_id
+from pipelines_dagster.core.validation import validate_choice, validate_id
 
 WEBHOOK_TOKEN_PREFIX = "whk_"
 GITHUB_SIGNATURE_HEADER = "x-hub-signature-256"

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines_dagster.core.validation import InvalidInputError, validate_choice, validate_urls
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.validation import validate_choice, validate_urls
 
 CRAWL_MODE_KEY = "CRAWL_MODE"
 SITE_KEY = "SITE_CRAWL"

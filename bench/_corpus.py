@@ -1104,7 +1104,8 @@ def seed_pipeline(
     pipeline saves into the folder "{name} docs"."""
     from pipelines_dagster import services
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+    from pipelines_dagster.core.catalog.connectors import create_connector
+    from pipelines_dagster.core.catalog.workspaces import create_workspace
 
     with transaction(sessions) as session:
         workspace = create_workspace(session, name=name, owner_user_id=f"bench-{uuid.uuid4().hex[:6]}")

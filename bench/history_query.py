@@ -35,7 +35,8 @@ from pipelines_dagster.app_db.engine import create_engine, session_factory, tran
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run

@@ -42,16 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _corpus import (
-    BIN,
-    EmbeddedHome,
-    EmbeddedStack,
-    MiB,
-    ServerProcess,
-    TreeSampler,
-    report_result,
-    run_worker,
-)
+from _corpus import BIN, EmbeddedHome, EmbeddedStack, MiB, ServerProcess, TreeSampler, report_result, run_worker
 
 MB = 1000 * 1000
 SITEMAP_CAP = 50 * MiB

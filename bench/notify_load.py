@@ -91,7 +91,7 @@ def run_succeeded(workspace_id: int, run_id: str, *, finished: datetime) -> Any:
 def seed_endpoints(home: EmbeddedHome, receiver: Receiver) -> int:
     """A workspace with an endpoint on each of the receiver's paths, subscribed to run.succeeded."""
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.catalog.pipelines import create_workspace
+    from pipelines_dagster.core.catalog.workspaces import create_workspace
     from pipelines_dagster.core.security.network_policy import NetworkPolicy
     from pipelines_dagster.notifications.destination import DestinationGuard
     from pipelines_dagster.notifications.endpoints import create_endpoint

@@ -140,9 +140,10 @@ def seed_pipelines(
     """A workspace with `count` KB pipelines, each over its own connector of `pages_per_pipeline` URLs."""
     from pipelines_dagster import services
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+    from pipelines_dagster.core.catalog.connectors import create_connector
     from pipelines_dagster.core.catalog.schedules import ScheduleSpec
-    from pipelines_dagster.core.triggers.webhooks import create_event_trigger
+    from pipelines_dagster.core.catalog.triggers import create_event_trigger
+    from pipelines_dagster.core.catalog.workspaces import create_workspace
 
     pipeline_ids = []
     with transaction(deployment.sessions) as session:
@@ -195,7 +196,7 @@ def measure_floor(deployment: Deployment, count: int, *, job: str) -> dict[str, 
 
 def measure_ours(deployment: Deployment, workspace_id: int, count: int) -> dict[str, Any]:
     from pipelines_dagster.app_db.engine import transaction
-    from pipelines_dagster.core.triggers.webhooks import emit_event
+    from pipelines_dagster.core.triggers.events import emit_event
 
     with CpuMeter(deployment.process.pid) as cpu:
         started = time.time()

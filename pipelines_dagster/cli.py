@@ -21,16 +21,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import DatabaseNotReadyError, require_current, upgrade
 from pipelines_dagster.app_db.models import ConnectorType, DeliveryStatus, NotificationEndpoint, Pipeline
+from pipelines_dagster.core.catalog.connectors import initial_urls
+from pipelines_dagster.core.catalog.event_types import EventType
 from pipelines_dagster.core.catalog.pipelines import (
     KEEP,
     Keep,
     PipelineChanges,
     SystemManagedError,
     get_pipeline,
-    get_workspace,
-    initial_urls,
     list_pipelines,
-    schedule_triggers,
     set_pipeline_enabled,
     update_pipeline,
 )
@@ -42,7 +41,16 @@ from pipelines_dagster.core.catalog.retry import (
     RetryPolicy,
     validate_retry_policy,
 )
-from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec, schedule_triggers
+from pipelines_dagster.core.catalog.triggers import (
+    create_event_trigger,
+    create_manual_trigger,
+    create_webhook_trigger,
+    pipeline_triggers,
+    rotate_signing_secret,
+    set_trigger_enabled,
+)
+from pipelines_dagster.core.catalog.workspaces import get_workspace
 from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
@@ -54,16 +62,7 @@ from pipelines_dagster.core.crawl.site.config import (
 from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 from pipelines_dagster.core.ledger.billing import Billing, UnknownWorkspaceError
 from pipelines_dagster.core.security.signing import DEFAULT_ROTATION_OVERLAP_SECONDS
-from pipelines_dagster.core.triggers.webhooks import (
-    EventType,
-    create_event_trigger,
-    create_manual_trigger,
-    create_webhook_trigger,
-    emit_event,
-    pipeline_triggers,
-    rotate_signing_secret,
-    set_trigger_enabled,
-)
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.validation import MAX_ID
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.notifications import endpoints as notifications

@@ -25,7 +25,7 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Document, Pipeline, Workspace
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog.pipelines import set_initial_urls
+from pipelines_dagster.core.catalog.connectors import set_initial_urls
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources import build_resources
 from pipelines_dagster.runs import Trigger, run_tags

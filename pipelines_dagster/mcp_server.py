@@ -17,7 +17,7 @@ import click
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core.catalog.pipelines import InvalidTokenError, workspace_of_token
+from pipelines_dagster.core.catalog.workspaces import InvalidTokenError, workspace_of_token
 
 # The SDK, the web stack and the tools (which load Dagster) are imported on use: the CLI registers
 # this command, and its other commands do without them.

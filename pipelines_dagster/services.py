@@ -17,16 +17,16 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import after_commit
 from pipelines_dagster.app_db.models import Connector, Pipeline
-from pipelines_dagster.core.catalog import pipelines as catalog
-from pipelines_dagster.core.catalog.templates import SeedReport, seed_templates
+from pipelines_dagster.core.catalog import connectors, pipelines, workspaces
+from pipelines_dagster.core.catalog.seeding import SeedReport, seed_templates
 from pipelines_dagster.partitions import add_pipeline_partitions, remove_pipeline_partition
 
 
 def create_workspace(
     session: Session, instance: dg.DagsterInstance, *, name: str, owner_user_id: str
-) -> catalog.NewWorkspace:
+) -> workspaces.NewWorkspace:
     """A new workspace, with the built-in templates seeded into it."""
-    created = catalog.create_workspace(session, name=name, owner_user_id=owner_user_id)
+    created = workspaces.create_workspace(session, name=name, owner_user_id=owner_user_id)
     seed_workspace(session, instance, created.workspace.id)
     return created
 
@@ -39,18 +39,18 @@ def seed_workspace(session: Session, instance: dg.DagsterInstance, workspace_id:
 
 
 def create_connector(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Connector:
-    connector = catalog.create_connector(session, **fields)
+    connector = connectors.create_connector(session, **fields)
     system_pipelines = list(session.scalars(sa.select(Pipeline.id).where(Pipeline.connector_id == connector.id)))
     after_commit(session, partial(add_pipeline_partitions, instance, system_pipelines))
     return connector
 
 
 def create_pipeline(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Pipeline:
-    pipeline = catalog.create_pipeline(session, **fields)
+    pipeline = pipelines.create_pipeline(session, **fields)
     after_commit(session, partial(add_pipeline_partitions, instance, [pipeline.id]))
     return pipeline
 
 
 def delete_pipeline(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, pipeline_id: int) -> None:
-    catalog.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+    pipelines.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
     after_commit(session, partial(remove_pipeline_partition, instance, pipeline_id))

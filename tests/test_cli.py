@@ -396,7 +396,7 @@ def partitions(tmp_path) -> list[str]:
 
 
 def template_pipelines(tmp_path) -> set[str]:
-    from pipelines_dagster.core.catalog.pipelines import template_key
+    from pipelines_dagster.core.catalog.templates import template_key
 
     engine = create_engine(f"sqlite:///{tmp_path / 'data' / 'app.sqlite3'}")
     try:
@@ -769,7 +769,8 @@ def test_bad_site_crawl_input_is_refused_naming_the_field_and_writes_nothing(
 
 
 def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_cli(cli, workspace, connector, tmp_path):
-    from pipelines_dagster.core.catalog.templates import SCHEDULE_OFF_REASON, TEMPLATES
+    from pipelines_dagster.core.catalog.seeding import SCHEDULE_OFF_REASON
+    from pipelines_dagster.core.catalog.templates import TEMPLATES
 
     ws = str(workspace["id"])
     catalog = cli.json("templates", "list")["templates"]

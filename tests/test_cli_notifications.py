@@ -15,12 +15,7 @@ import pytest
 import sqlalchemy as sa
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from pipelines_dagster.api.notifications import (
-    EndpointOut,
-    NewEndpointOut,
-    NotificationDeliveryOut,
-    RotatedEndpointOut,
-)
+from pipelines_dagster.api.notifications import EndpointOut, NewEndpointOut, NotificationDeliveryOut, RotatedEndpointOut
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.models import NotificationEndpoint
 from pipelines_dagster.notifications.events import queue_run_ended

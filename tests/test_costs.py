@@ -12,18 +12,12 @@ import sqlalchemy as sa
 from pipelines_dagster.agent_tools import build_cost_tools
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry
-from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.ledger.costs import cost_totals
-from tests.assets.conftest import (  # noqa: F401  (fixtures)
-    Stack,
-    code_location_job,
-    embedded,
-    fail_once_after_the_charge,
-    set_pipeline,
-    web,
-)
+from tests.assets.conftest import Stack, code_location_job, embedded, fail_once_after_the_charge, set_pipeline, web  # noqa: F401  (fixtures)
 from tests.test_cli import cli, workspace  # noqa: F401  (fixtures)
 from tests.test_history import add_pipeline, history
 

@@ -12,11 +12,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 from dagster._core.events import JobFailureData, RunFailureReason
-from dagster._core.remote_origin import (
-    RegisteredCodeLocationOrigin,
-    RemoteJobOrigin,
-    RemoteRepositoryOrigin,
-)
+from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.tags import WILL_RETRY_TAG
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 from dagster_postgres import PostgresRunStorage

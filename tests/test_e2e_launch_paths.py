@@ -21,14 +21,10 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange
+from pipelines_dagster.core.catalog.triggers import create_event_trigger, pipeline_triggers, set_trigger_enabled
 from pipelines_dagster.core.run.engine import RunRefused
 from pipelines_dagster.core.storage.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
-from pipelines_dagster.core.triggers.webhooks import (
-    create_event_trigger,
-    emit_event,
-    pipeline_triggers,
-    set_trigger_enabled,
-)
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.launch import GraphQLLauncher, PipelineBusyError, launch_pipeline_run
 from pipelines_dagster.runs import batch_tags, pipeline_ids_of
 from pipelines_dagster.sensors.common import BUSY, busy_pipelines

@@ -20,7 +20,8 @@ import sqlalchemy as sa
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditHold, CreditLedgerEntry, Document, PageChange
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.run.checkpoint import checkpoint_prefix
 from pipelines_dagster.core.storage.blob import LocalBlobStore

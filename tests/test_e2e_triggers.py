@@ -28,12 +28,15 @@ from standardwebhooks.webhooks import Webhook
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace, issue_api_token
+from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.core.catalog.templates import TEMPLATES
+from pipelines_dagster.core.catalog.triggers import create_event_trigger, create_webhook_trigger
+from pipelines_dagster.core.catalog.workspaces import create_workspace, issue_api_token
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
-from pipelines_dagster.core.triggers.webhooks import create_event_trigger, create_webhook_trigger, emit_event, sign
+from pipelines_dagster.core.triggers.events import emit_event
+from pipelines_dagster.core.triggers.webhooks import sign
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import create_endpoint
 from tests.api.conftest import free_port

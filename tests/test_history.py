@@ -16,7 +16,7 @@ from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog.pipelines import create_connector
+from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.history import RUN_STATUS, RunHistory
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import PARTITION_TAG, run_tags

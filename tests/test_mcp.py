@@ -18,7 +18,7 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog.pipelines import issue_api_token
+from pipelines_dagster.core.catalog.workspaces import issue_api_token
 from pipelines_dagster.mcp_server import MCP_PATH, TOKEN_ENV
 from tests.assets.conftest import Stack, embedded, web  # noqa: F401  (fixtures)
 from tests.support.dagster_dev import BIN, REPO_DIR

@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core.catalog.pipelines import InvalidTokenError, workspace_of_token
+from pipelines_dagster.core.catalog.workspaces import InvalidTokenError, workspace_of_token
 from pipelines_dagster.core.validation import MAX_ID
 
 bearer = HTTPBearer(

@@ -17,7 +17,7 @@ from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import ConnectorCreate, ConnectorList, ConnectorOut
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog import connectors
 from pipelines_dagster.core.crawl.site.config import site_for
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.validation import MAX_ID
@@ -60,7 +60,7 @@ def list_connectors(workspace_id: WorkspaceId, api: Api) -> ConnectorList:
     """The workspace's connectors."""
     with api.sessions() as session:
         return ConnectorList(
-            connectors=[ConnectorOut.of(c) for c in catalog.list_connectors(session, workspace_id=workspace_id)]
+            connectors=[ConnectorOut.of(c) for c in connectors.list_connectors(session, workspace_id=workspace_id)]
         )
 
 
@@ -68,4 +68,4 @@ def list_connectors(workspace_id: WorkspaceId, api: Api) -> ConnectorList:
 def get_connector(workspace_id: WorkspaceId, connector_id: ConnectorId, api: Api) -> ConnectorOut:
     """One connector of the workspace."""
     with api.sessions() as session:
-        return ConnectorOut.of(catalog.get_connector(session, workspace_id=workspace_id, connector_id=connector_id))
+        return ConnectorOut.of(connectors.get_connector(session, workspace_id=workspace_id, connector_id=connector_id))

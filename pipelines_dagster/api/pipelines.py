@@ -19,6 +19,7 @@ from pipelines_dagster.api.schemas import PipelineCreate, PipelineList, Pipeline
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.schedules import schedule_triggers
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["pipelines"])
@@ -30,7 +31,7 @@ def _read(session: Session, pipeline: Pipeline) -> PipelineOut:
     session.flush()
     # Timestamps and server defaults are the database's.
     session.refresh(pipeline)
-    return PipelineOut.of(pipeline, catalog.schedule_triggers(session, [pipeline.id]).get(pipeline.id))
+    return PipelineOut.of(pipeline, schedule_triggers(session, [pipeline.id]).get(pipeline.id))
 
 
 @router.get("", responses=responses(401, 404, 422, 503))
@@ -38,7 +39,7 @@ def list_pipelines(workspace_id: WorkspaceId, api: Api) -> PipelineList:
     """The workspace's pipelines, including connectors' own periodic indexing (`system_managed`)."""
     with api.sessions() as session:
         pipelines = catalog.list_pipelines(session, workspace_id=workspace_id)
-        return PipelineList.of(pipelines, catalog.schedule_triggers(session, [p.id for p in pipelines]))
+        return PipelineList.of(pipelines, schedule_triggers(session, [p.id for p in pipelines]))
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, responses=responses(401, 404, 422, 503))
@@ -68,7 +69,7 @@ def get_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -
     """One pipeline of the workspace."""
     with api.sessions() as session:
         pipeline = catalog.get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-        return PipelineOut.of(pipeline, catalog.schedule_triggers(session, [pipeline.id]).get(pipeline.id))
+        return PipelineOut.of(pipeline, schedule_triggers(session, [pipeline.id]).get(pipeline.id))
 
 
 @router.put("/{pipeline_id}", responses=responses(401, 404, 409, 422, 503))

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
-from pipelines_dagster.core.catalog.pipelines import PipelineChanges, initial_urls, template_key
+from pipelines_dagster.core.catalog.connectors import initial_urls
+from pipelines_dagster.core.catalog.pipelines import PipelineChanges
 from pipelines_dagster.core.catalog.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
@@ -21,7 +22,7 @@ from pipelines_dagster.core.catalog.retry import (
     validate_retry_policy,
 )
 from pipelines_dagster.core.catalog.schedules import MAX_EVERY_MINUTES, ScheduleSpec, validate_cron, validate_timezone
-from pipelines_dagster.core.catalog.templates import disabled_reason
+from pipelines_dagster.core.catalog.templates import disabled_reason, template_key
 from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,

@@ -16,27 +16,25 @@ from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.schemas import ErrorResponse, RequestBody
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
+from pipelines_dagster.core.catalog.event_types import EventType
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.catalog.triggers import (
+    create_event_trigger,
+    create_manual_trigger,
+    create_webhook_trigger,
+    get_trigger,
+    pipeline_triggers,
+    rotate_signing_secret,
+    set_trigger_enabled,
+)
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,
     MAX_ROTATION_OVERLAP_SECONDS,
     previous_secret_expiry,
 )
-from pipelines_dagster.core.triggers.webhooks import (
-    MAX_WEBHOOK_BODY_BYTES,
-    DeliveryRejected,
-    EventType,
-    accept_delivery,
-    create_event_trigger,
-    create_manual_trigger,
-    create_webhook_trigger,
-    emit_event,
-    get_trigger,
-    pipeline_triggers,
-    rotate_signing_secret,
-    set_trigger_enabled,
-)
+from pipelines_dagster.core.triggers.events import emit_event
+from pipelines_dagster.core.triggers.webhooks import MAX_WEBHOOK_BODY_BYTES, DeliveryRejected, accept_delivery
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["triggers"])

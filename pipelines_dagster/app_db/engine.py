@@ -106,3 +106,21 @@ def dialect_insert(
 
     name = (bind.get_bind() if isinstance(bind, Session) else bind).dialect.name
     return (postgresql.insert if name == "postgresql" else sqlite.insert)(table)
+
+
+@contextmanager
+def refused_as_sequential(session: Session, check: Callable[[], object]) -> Iterator[None]:
+    """Write what the block adds or changes under a unique constraint that `check` (already passed) guards.
+
+    A concurrent transaction may commit the same key between the check and the write: PostgreSQL makes the
+    write wait for that commit, then fails it. The write runs in a savepoint, so the transaction lives on, and
+    `check` is run again: it sees that commit now and refuses the write with the answer a sequential duplicate
+    gets. An integrity error `check` does not explain is raised as it is.
+    """
+    try:
+        with session.begin_nested():
+            yield
+            session.flush()
+    except sa.exc.IntegrityError:
+        check()
+        raise

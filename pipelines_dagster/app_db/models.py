@@ -314,6 +314,14 @@ class PipelineTrigger(Base):
 
     pipeline: Mapped[Pipeline] = relationship(back_populates="triggers")
 
+    @classmethod
+    def manual_of(cls, pipeline: Pipeline) -> PipelineTrigger:
+        """A new enabled manual trigger of the pipeline (not yet added): what lets it be run by hand, from
+        the API's or the CLI's run-now. Every pipeline is made with one."""
+        return cls(
+            workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, kind=TriggerKind.MANUAL.value, enabled=True
+        )
+
 
 def _pending_index(table: str) -> sa.Index:
     """The rows no run has been requested for yet, in id order: what a trigger sensor takes."""

@@ -24,8 +24,7 @@ from pipelines_dagster.core.run.engine import (
     execute_crawl,
     load_plan,
 )
-from pipelines_dagster.core.triggers.payloads import shown_payload
-from pipelines_dagster.core.triggers.webhooks import trigger_payload
+from pipelines_dagster.core.triggers.payloads import shown_payload, trigger_payload
 from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource

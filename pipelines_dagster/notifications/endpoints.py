@@ -17,7 +17,7 @@ from pipelines_dagster.app_db.models import (
     NotificationEndpoint,
     Pipeline,
 )
-from pipelines_dagster.core.catalog.pipelines import get_workspace
+from pipelines_dagster.core.catalog.workspaces import get_workspace
 from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
 from pipelines_dagster.core.security.signing import (
     DEFAULT_ROTATION_OVERLAP_SECONDS,

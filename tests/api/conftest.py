@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.api import create_app
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace, issue_api_token
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.workspaces import create_workspace, issue_api_token
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.resources.blob_store import S3BlobStoreResource
 from pipelines_dagster.settings import Settings, load_settings

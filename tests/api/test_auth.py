@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import ApiToken
-from pipelines_dagster.core.catalog.pipelines import hash_token
+from pipelines_dagster.core.security.tokens import hash_token
 from tests.api.conftest import NOTIFICATION_OPERATIONS, PIPELINE_OPERATIONS, Tenant, issue_token
 
 

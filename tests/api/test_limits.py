@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.edge.server import api_command
 from pipelines_dagster.mcp_server import MCP_PATH
 from tests.api.conftest import REPO_DIR, free_port

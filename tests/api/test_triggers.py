@@ -244,7 +244,7 @@ def test_the_access_log_never_prints_a_webhook_token(client, caplog):
 def test_a_seeded_template_is_shown_disabled_with_why_and_turned_on_over_http(client, tenant, other, sessions):
     from pipelines_dagster.app_db.engine import transaction
     from pipelines_dagster.app_db.models import PipelineTrigger
-    from pipelines_dagster.core.catalog.templates import SCHEDULE_OFF_REASON, seed_templates
+    from pipelines_dagster.core.catalog.seeding import SCHEDULE_OFF_REASON, seed_templates
 
     with transaction(sessions) as session:
         seed_templates(session, tenant.workspace_id)

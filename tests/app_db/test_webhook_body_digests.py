@@ -11,7 +11,7 @@ from alembic import command
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.migrate import alembic_config, current_revision, upgrade
-from pipelines_dagster.core.catalog.pipelines import hash_token
+from pipelines_dagster.core.security.tokens import hash_token
 from pipelines_dagster.core.storage.retention import cutoff, prune_webhook_deliveries
 from pipelines_dagster.core.triggers.webhooks import accept_delivery, sign
 from tests.app_db.test_document_per_pipeline import insert, old_pipeline

@@ -17,7 +17,8 @@ from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.crawl.site.config import SiteConfig
 from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.resources.app_db import AppDatabaseResource

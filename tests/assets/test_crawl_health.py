@@ -19,7 +19,7 @@ from pipelines_dagster.assets.checks import asset_checks
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog.pipelines import set_initial_urls
+from pipelines_dagster.core.catalog.connectors import set_initial_urls
 from pipelines_dagster.core.crawl.site.config import SITE_KEY, SiteConfig
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.history import RunHistory

@@ -21,7 +21,8 @@ from dagster._core.instance.ref import InstanceRef
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import CreditHold, CreditLedgerEntry
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from tests.assets.conftest import (
     Stack,

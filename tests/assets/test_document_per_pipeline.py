@@ -11,7 +11,7 @@ from pipelines_dagster.app_db.models import Folder, PageChange
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog.pipelines import create_connector
+from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.kb.documents import list_documents
 from tests.assets.conftest import Stack
 from tests.support.web import page

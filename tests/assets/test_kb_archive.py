@@ -9,7 +9,7 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog.pipelines import set_initial_urls
+from pipelines_dagster.core.catalog.connectors import set_initial_urls
 from tests.assets.conftest import Stack, materialization, set_pipeline
 from tests.support.web import NOT_FOUND, Reply, page
 

@@ -9,8 +9,9 @@ import dagster as dg
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.assets.crawl_results import crawl_results
+from pipelines_dagster.core.catalog.event_types import EventType
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.payloads import MAX_SHOWN_KEYS, MAX_SHOWN_PAYLOAD_BYTES
-from pipelines_dagster.core.triggers.webhooks import EventType, emit_event
 from pipelines_dagster.runs import event_tags, run_tags
 from tests.assets.conftest import Stack, materialization
 

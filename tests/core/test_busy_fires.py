@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
+from pipelines_dagster.core.catalog.triggers import create_event_trigger
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.fires import GRACE, Budget
 from pipelines_dagster.core.triggers.queue import take_deliveries, take_events
-from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from tests.core.test_lost_fires import alone_waiting, keys
 from tests.core.test_trigger_queue import deliveries, new_pipeline, new_workspace, requested_at
 from tests.support.runs import KnownRuns

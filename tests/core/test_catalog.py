@@ -10,22 +10,19 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
+from pipelines_dagster.core.catalog.connectors import DEDUP_REASON, create_connector, initial_urls
+from pipelines_dagster.core.catalog.folders import get_or_create_folder
 from pipelines_dagster.core.catalog.pipelines import (
-    DEDUP_REASON,
     PipelineChanges,
     SystemManagedError,
-    create_connector,
     create_pipeline,
-    create_workspace,
     delete_pipeline,
-    get_or_create_folder,
-    initial_urls,
-    schedule_triggers,
     set_pipeline_enabled,
     update_pipeline,
 )
 from pipelines_dagster.core.catalog.retry import RetryPolicy, validate_retry_policy
-from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec, schedule_triggers
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

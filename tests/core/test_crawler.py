@@ -19,15 +19,7 @@ from pipelines_dagster.core.crawl.crawler import Crawler, retry_after_seconds
 from pipelines_dagster.core.crawl.extract.page import normalize_content
 from pipelines_dagster.core.crawl.types import CrawlerConfig, CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
-from tests.support.web import (
-    Reply,
-    Request,
-    StaticResolver,
-    WebServer,
-    html_document,
-    page,
-    redirect,
-)
+from tests.support.web import Reply, Request, StaticResolver, WebServer, html_document, page, redirect
 
 BASE = CrawlerConfig(
     user_agent="pipelines-dagster-tests/1.0",

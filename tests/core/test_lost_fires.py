@@ -9,10 +9,11 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, WebhookDelivery
+from pipelines_dagster.core.catalog.triggers import create_event_trigger
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.fires import GRACE
 from pipelines_dagster.core.triggers.queue import take_deliveries, take_events
 from pipelines_dagster.core.triggers.scheduler import take_due
-from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from tests.core.test_scheduler import pipelines_with_triggers
 from tests.core.test_trigger_queue import deliveries, new_pipeline, new_workspace
 from tests.support.runs import KnownRuns

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, PageState, Pipeline
-from pipelines_dagster.core.catalog.pipelines import create_workspace
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.crawl.health import CrawlHealth
 from pipelines_dagster.core.crawl.record import CrawlRecord
 from pipelines_dagster.core.kb import changes as page_changes

@@ -22,7 +22,7 @@ from pipelines_dagster.app_db.models import (
     PipelineTrigger,
     WebhookDelivery,
 )
-from pipelines_dagster.core.catalog.pipelines import create_workspace
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.storage.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore, run_result_key
 from pipelines_dagster.core.storage.retention import (
     ABANDONED_WRITE_AGE,

@@ -8,16 +8,13 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
-from pipelines_dagster.core.catalog.pipelines import (
-    create_connector,
-    create_pipeline,
-    create_workspace,
-    set_pipeline_enabled,
-)
-from pipelines_dagster.core.catalog.templates import seed_templates
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.pipelines import create_pipeline, set_pipeline_enabled
+from pipelines_dagster.core.catalog.seeding import seed_templates
+from pipelines_dagster.core.catalog.triggers import create_manual_trigger, set_trigger_enabled
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.run.engine import RunRefused, plan_manual_run, plan_run
-from pipelines_dagster.core.triggers.webhooks import create_manual_trigger, set_trigger_enabled
 
 
 def manual_triggers(sessions, pipeline_id: int) -> list[tuple[int, bool]]:

@@ -11,39 +11,32 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline, PipelineTrigger, TriggerKind
+from pipelines_dagster.core.catalog.connectors import create_connector, initial_urls
 from pipelines_dagster.core.catalog.pipelines import (
     PipelineChanges,
     SystemManagedError,
-    create_connector,
     create_pipeline,
-    create_workspace,
     delete_pipeline,
-    initial_urls,
     set_pipeline_enabled,
     update_pipeline,
 )
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
-from pipelines_dagster.core.catalog.templates import (
-    BY_KEY,
-    SCHEDULE_OFF_REASON,
-    TEMPLATES,
-    disabled_reason,
-    seed_templates,
-    template_of,
-)
-from pipelines_dagster.core.crawl.site.config import SITE_KEY, SiteConfig
-from pipelines_dagster.core.errors import InvalidInputError
-from pipelines_dagster.core.triggers.fires import Taken
-from pipelines_dagster.core.triggers.queue import take_events
-from pipelines_dagster.core.triggers.scheduler import claim_due
-from pipelines_dagster.core.triggers.webhooks import (
+from pipelines_dagster.core.catalog.seeding import SCHEDULE_OFF_REASON, seed_templates
+from pipelines_dagster.core.catalog.templates import BY_KEY, TEMPLATES, disabled_reason, template_of
+from pipelines_dagster.core.catalog.triggers import (
     USER_DISABLED_REASON,
     create_webhook_trigger,
-    emit_event,
     pipeline_triggers,
     set_trigger_enabled,
 )
+from pipelines_dagster.core.catalog.workspaces import create_workspace
+from pipelines_dagster.core.crawl.site.config import SITE_KEY, SiteConfig
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.triggers.events import emit_event
+from pipelines_dagster.core.triggers.fires import Taken
+from pipelines_dagster.core.triggers.queue import take_events
+from pipelines_dagster.core.triggers.scheduler import claim_due
 from tests.support.db import row_counts
 from tests.support.runs import KnownRuns
 

@@ -11,10 +11,13 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import DomainEvent, Pipeline, PipelineTrigger, WebhookDelivery
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_pipeline, create_workspace
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
+from pipelines_dagster.core.catalog.triggers import create_event_trigger
+from pipelines_dagster.core.catalog.workspaces import create_workspace
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.fires import Budget
 from pipelines_dagster.core.triggers.queue import concerns, take_deliveries, take_events
-from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from tests.support.runs import every_run
 from tests.support.webhooks import create_webhook, deliver
 

@@ -12,22 +12,22 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import PipelineTrigger, WebhookBodyDigest, WebhookDelivery
-from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace, hash_token
-from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
-from pipelines_dagster.core.security.signing import sign as sign_standard
-from pipelines_dagster.core.storage.retention import cutoff, prune_webhook_deliveries
-from pipelines_dagster.core.triggers.webhooks import (
-    DeliveryRejected,
-    EventType,
+from pipelines_dagster.core.catalog.event_types import EventType
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
+from pipelines_dagster.core.catalog.triggers import (
     NewWebhook,
-    accept_delivery,
     create_event_trigger,
     create_webhook_trigger,
-    emit_event,
     rotate_signing_secret,
-    sign,
-    trigger_payload,
 )
+from pipelines_dagster.core.catalog.workspaces import create_workspace
+from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
+from pipelines_dagster.core.security.signing import sign as sign_standard
+from pipelines_dagster.core.security.tokens import hash_token
+from pipelines_dagster.core.storage.retention import cutoff, prune_webhook_deliveries
+from pipelines_dagster.core.triggers.events import emit_event
+from pipelines_dagster.core.triggers.payloads import trigger_payload
+from pipelines_dagster.core.triggers.webhooks import DeliveryRejected, accept_delivery, sign
 from tests.support.webhooks import standard_headers
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ from standardwebhooks.webhooks import Webhook
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Workspace
-from pipelines_dagster.core.catalog.pipelines import create_workspace
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import NewEndpoint, create_endpoint

@@ -8,11 +8,7 @@ import dagster as dg
 import pytest
 
 from pipelines_dagster.core.storage.blob import LocalBlobStore, S3BlobStore, run_result_key
-from pipelines_dagster.resources.blob_store import (
-    BlobStoreResource,
-    LocalBlobStoreResource,
-    S3BlobStoreResource,
-)
+from pipelines_dagster.resources.blob_store import BlobStoreResource, LocalBlobStoreResource, S3BlobStoreResource
 
 RECORDS = [{"url": "https://example.com/", "status": "success"}, {"url": "https://example.com/x", "status": "empty"}]
 

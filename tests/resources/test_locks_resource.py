@@ -9,11 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.core.storage.locks import LockHeldError
-from pipelines_dagster.resources.locks import (
-    DatabaseLocksResource,
-    LocksResource,
-    RedisLocksResource,
-)
+from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
 
 
 def guarded_asset(name: str) -> dg.AssetsDefinition:

@@ -23,9 +23,11 @@ from dagster._serdes import serialize_value
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, WebhookDelivery
-from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
+from pipelines_dagster.core.catalog.triggers import create_event_trigger
+from pipelines_dagster.core.catalog.workspaces import create_workspace
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.fires import GRACE
-from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.runs import pipeline_ids_of
 from pipelines_dagster.sensors.common import RUN_KEY_TAG

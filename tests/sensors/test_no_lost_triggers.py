@@ -24,8 +24,10 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core.catalog.pipelines import create_pipeline, create_workspace
-from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
+from pipelines_dagster.core.catalog.triggers import create_event_trigger
+from pipelines_dagster.core.catalog.workspaces import create_workspace
+from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor

@@ -17,7 +17,7 @@ from dagster._serdes import serialize_value
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.core.catalog.pipelines import create_workspace
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.partitions import PARTITIONS_NAME, partition_key
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync

@@ -13,8 +13,10 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobO
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.batch import OP_NAME
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_pipeline, create_workspace
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.storage.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -359,7 +361,8 @@ def test_a_webhook_for_a_disabled_pipeline_starts_nothing(instance, app_db):
 
 
 def test_events_start_the_subscribed_pipelines_they_concern(instance, app_db):
-    from pipelines_dagster.core.triggers.webhooks import create_event_trigger, emit_event
+    from pipelines_dagster.core.catalog.triggers import create_event_trigger
+    from pipelines_dagster.core.triggers.events import emit_event
 
     workspace_id, subscribed, _ = make_pipeline(app_db, due=False)
     with transaction(app_db.sessions) as session:

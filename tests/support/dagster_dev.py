@@ -27,7 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
-from pipelines_dagster.core.catalog.pipelines import create_connector, create_workspace
+from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from tests.api.conftest import _location_loaded, free_port
 from tests.support.processes import stop_group

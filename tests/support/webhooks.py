@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from pipelines_dagster.core.triggers.webhooks import accept_delivery, create_webhook_trigger
+from pipelines_dagster.core.catalog.triggers import create_webhook_trigger
+from pipelines_dagster.core.triggers.webhooks import accept_delivery
 
 
 def standard_headers(secret: str, body: bytes, *, webhook_id: str = "msg_1", at: datetime) -> dict[str, str]:

@@ -17,11 +17,16 @@ code location and never evaluate a cron; sensors and the CLI/API do.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, available_timezones
 
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger, TriggerKind
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.validation import whole_number_in
 
@@ -176,3 +181,42 @@ class ScheduleSpec:
             return next_cron_fire(self.cron, self.timezone, after=moment)
         assert self.every_minutes is not None
         return next_interval_fire(self.every_minutes, after=moment, due=due)
+
+
+def _schedule_triggers() -> sa.Select[PipelineTrigger]:
+    return sa.select(PipelineTrigger).where(PipelineTrigger.kind == TriggerKind.SCHEDULE.value)
+
+
+def schedule_triggers(session: Session, pipeline_ids: Iterable[int]) -> dict[int, PipelineTrigger]:
+    """Each pipeline's schedule trigger (a pipeline has at most one), by pipeline id."""
+    rows = session.scalars(_schedule_triggers().where(PipelineTrigger.pipeline_id.in_(list(pipeline_ids))))
+    return {trigger.pipeline_id: trigger for trigger in rows}
+
+
+def set_schedule(
+    session: Session, pipeline: Pipeline, spec: ScheduleSpec | None, *, now: datetime
+) -> PipelineTrigger | None:
+    """Make the pipeline's schedule trigger say `spec` (validated): created, changed, or removed for None.
+
+    An unchanged schedule keeps its next fire time, so re-saving a pipeline does not move it; a
+    changed one gets a new one, except on a switched-off trigger, which keeps none.
+    """
+    trigger = schedule_triggers(session, [pipeline.id]).get(pipeline.id)
+    if spec is None:
+        if trigger is not None:
+            session.delete(trigger)
+        return None
+    if trigger is None:
+        trigger = PipelineTrigger(
+            workspace_id=pipeline.workspace_id,
+            pipeline_id=pipeline.id,
+            kind=TriggerKind.SCHEDULE.value,
+            enabled=True,
+        )
+        session.add(trigger)
+    elif ScheduleSpec.of(trigger) == spec:
+        return trigger
+    trigger.cron, trigger.timezone, trigger.interval_minutes = spec.cron, spec.timezone, spec.every_minutes
+    trigger.next_fire_at = spec.next_fire_after(now) if trigger.enabled else None
+    session.flush()
+    return trigger

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, TriggerKind
 from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
-from pipelines_dagster.core.catalog.pipelines import initial_urls
+from pipelines_dagster.core.catalog.connectors import initial_urls
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.record import CrawlRecord, StoredPage, read_crawl, write_crawl
 from pipelines_dagster.core.crawl.site.config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode

@@ -1,11 +1,18 @@
-"""A trigger's payload as its run's metadata shows it: whole when small, else its size, digest and keys, so a
-large webhook body or event payload is not copied into every run it fires."""
+"""What fired a run, as the run sees it: the payload of its webhook delivery or domain event, and that
+payload as the run's metadata shows it (whole when small, else its size, digest and keys, so a large
+webhook body or event payload is not copied into every run it fires)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
+from pipelines_dagster.core.errors import NotFoundError
 
 # Larger payloads are summarized: the Dagster event log holds metadata with every run it fires.
 MAX_SHOWN_PAYLOAD_BYTES = 16 * 1024
@@ -33,3 +40,26 @@ def shown_payload(payload: Any) -> Any:
     elif isinstance(payload, list):
         summary["items"] = len(payload)
     return summary
+
+
+def delivery_payload(session: Session, delivery_id: int) -> bytes:
+    payload = session.scalar(sa.select(WebhookDelivery.payload).where(WebhookDelivery.id == delivery_id))
+    if payload is None:
+        raise NotFoundError(f"webhook delivery {delivery_id} does not exist")
+    return payload
+
+
+def trigger_payload(session: Session, *, delivery_id: int | None = None, event_id: int | None = None) -> Any:
+    """The payload of the webhook delivery or event that started a run, else None.
+
+    JSON bodies come back parsed; anything else as text, so a run can see what fired it.
+    """
+    if delivery_id is not None:
+        body = delivery_payload(session, delivery_id)
+        try:
+            return json.loads(body)
+        except ValueError:
+            return body.decode("utf-8", errors="replace")
+    if event_id is not None:
+        return session.scalar(sa.select(DomainEvent.payload).where(DomainEvent.id == event_id))
+    return None

@@ -819,7 +819,7 @@ def pipeline_run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None
     manual trigger (`trigger list` shows it)."""
     # Imported on use, like uvicorn below: the GraphQL client and the web stack are
     # only needed by these two commands.
-    from pipelines_dagster.core.run.engine import RunRefused
+    from pipelines_dagster.core.run.plan import RunRefused
     from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError, launch_pipeline_run
 
     try:

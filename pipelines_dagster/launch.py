@@ -19,7 +19,7 @@ import requests
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
-from pipelines_dagster.core.run.engine import RunRefused, plan_manual_run
+from pipelines_dagster.core.run.plan import RunRefused, plan_manual_run
 from pipelines_dagster.runs import (
     BUSY_STATUSES,
     CODE_LOCATION,

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Document, PageChange
 from pipelines_dagster.core.catalog.triggers import create_event_trigger, pipeline_triggers, set_trigger_enabled
-from pipelines_dagster.core.run.engine import RunRefused
+from pipelines_dagster.core.run.plan import RunRefused
 from pipelines_dagster.core.storage.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.launch import GraphQLLauncher, PipelineBusyError, launch_pipeline_run

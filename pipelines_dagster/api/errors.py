@@ -22,7 +22,7 @@ from starlette.routing import Match
 from pipelines_dagster.api.schemas import ErrorResponse, FieldError, ValidationErrorResponse
 from pipelines_dagster.core.catalog.pipelines import SystemManagedError
 from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
-from pipelines_dagster.core.run.engine import RunRefused
+from pipelines_dagster.core.run.plan import RunRefused
 from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError
 from pipelines_dagster.notifications.endpoints import EndpointDisabledError
 

@@ -14,16 +14,10 @@ from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
 from pipelines_dagster.core.ledger.costs import crawl_charge_key
 from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
-from pipelines_dagster.core.run.engine import (
-    NO_LOCK_WAIT,
-    CrawlReport,
-    LockWait,
-    OwnerState,
-    RunPlan,
-    RunRefused,
-    execute_crawl,
-    load_plan,
-)
+from pipelines_dagster.core.run.engine import execute_crawl
+from pipelines_dagster.core.run.leases import NO_LOCK_WAIT, LockWait, OwnerState
+from pipelines_dagster.core.run.plan import RunPlan, RunRefused, load_plan
+from pipelines_dagster.core.run.report import CrawlReport
 from pipelines_dagster.core.triggers.payloads import shown_payload, trigger_payload
 from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
 from pipelines_dagster.partitions import pipelines_partitions

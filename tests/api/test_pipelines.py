@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline, PipelineTrigger
-from pipelines_dagster.core.run.engine import plan_run
+from pipelines_dagster.core.run.plan import plan_run
 from pipelines_dagster.partitions import pipelines_partitions
 from tests.api.conftest import Tenant, new_tenant
 from tests.support.db import row_counts

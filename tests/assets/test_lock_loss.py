@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import CreditHold
-from pipelines_dagster.core.run.engine import LOCK_RENEW_SECONDS
+from pipelines_dagster.core.run.leases import LOCK_RENEW_SECONDS
 from pipelines_dagster.core.storage.locks import pipeline_lock_name
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, RedisLocksResource

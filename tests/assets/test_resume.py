@@ -7,7 +7,9 @@ import pytest
 
 from pipelines_dagster.core.crawl.record import CrawlRecord, read_crawl
 from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
-from pipelines_dagster.core.run.engine import CrawlProgress, CrawlReport, execute_crawl, load_plan
+from pipelines_dagster.core.run.engine import execute_crawl
+from pipelines_dagster.core.run.plan import load_plan
+from pipelines_dagster.core.run.report import CrawlProgress, CrawlReport
 from tests.assets.conftest import Stack
 from tests.assets.test_site_crawl import build_site, elsewhere, site_config  # noqa: F401 (a fixture)
 

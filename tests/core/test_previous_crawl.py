@@ -6,7 +6,7 @@ import random
 
 from pipelines_dagster.core.crawl.record import CrawlRecord, StoredPage
 from pipelines_dagster.core.crawl.types import PreviousFetch
-from pipelines_dagster.core.run.engine import PreviousCrawl
+from pipelines_dagster.core.run.previous import PreviousCrawl
 
 
 def record(url: str, status: str = "success", **fields) -> CrawlRecord:

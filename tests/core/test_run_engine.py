@@ -14,7 +14,7 @@ from pipelines_dagster.core.catalog.seeding import seed_templates
 from pipelines_dagster.core.catalog.triggers import create_manual_trigger, set_trigger_enabled
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.errors import InvalidInputError
-from pipelines_dagster.core.run.engine import RunRefused, plan_manual_run, plan_run
+from pipelines_dagster.core.run.plan import RunRefused, plan_manual_run, plan_run
 
 
 def manual_triggers(sessions, pipeline_id: int) -> list[tuple[int, bool]]:

@@ -41,27 +41,19 @@ from pipelines_dagster.core.security.tokens import hash_token
 
 GITHUB_SIGNATURE_HEADER = "x-hub-signature-256"
 
-
 GITHUB_TIMESTAMP_HEADER = "x-webhook-timestamp"
-
 
 STANDARD_ID_HEADER = "webhook-id"
 
-
 STANDARD_TIMESTAMP_HEADER = "webhook-timestamp"
-
 
 STANDARD_SIGNATURE_HEADER = "webhook-signature"
 
-
 MAX_WEBHOOK_BODY_BYTES = 1024 * 1024
-
 
 MAX_DELIVERY_AGE_SECONDS = 300
 
-
 MAX_WEBHOOK_ID_LENGTH = 190
-
 
 # Headers worth keeping with a delivery; signatures are not stored.
 KEPT_HEADERS = (

@@ -1,0 +1,119 @@
+"""A run's plan: the guards, in the reference plan's order, and what they let through (what to crawl,
+how, and within which bounds). RunRefused names the first guard that fails."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, TriggerKind
+from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
+from pipelines_dagster.core.catalog.connectors import initial_urls
+from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.crawl.site.config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode
+from pipelines_dagster.core.errors import ConflictError, InvalidInputError
+
+
+class RunRefused(ConflictError):
+    """A guard stopped the run before any crawl or charge; the message says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    pipeline_id: int
+    workspace_id: int
+    connector_id: int
+    save_to_kb: bool
+    folder_id: int | None
+    urls: tuple[str, ...]
+    """The list to crawl; a site crawl's start URLs."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    site: SiteConfig | None = None
+    """The bounds of a site crawl; None for a list crawl."""
+    max_runtime_seconds: int | None = None
+    """How long one run of the pipeline may take; None: the deployment's maximum runtime."""
+
+    @property
+    def most_pages(self) -> int:
+        """The most pages the crawl can fetch: what the credit check asks for before it starts."""
+        return self.site.max_pages if self.site is not None else len(self.urls)
+
+
+def plan_run(session: Session, pipeline_id: int) -> RunPlan:
+    """The guards, in the reference plan's order; RunRefused names the first that fails."""
+    pipeline = session.get(Pipeline, pipeline_id)
+    if pipeline is None:
+        raise RunRefused(f"pipeline {pipeline_id} does not exist")
+    if not pipeline.enabled:
+        raise RunRefused(f"pipeline {pipeline_id} is disabled; enable it before running it")
+    if pipeline.connector_id is None:
+        raise RunRefused("uploads pipeline has no fetch executor")
+    connector = session.get(Connector, pipeline.connector_id)
+    assert connector is not None  # the foreign key cascades deletes
+    # Re-checked here: the type may have become ineligible since the pipeline was created.
+    if not is_pipeline_eligible(connector.connector_type):
+        raise RunRefused(f"{ineligible_reason(connector.connector_type)} any more; the run is not started")
+    if connector.connector_type != ConnectorType.WEBCRAWLER.value:
+        raise RunRefused(f"executor not implemented for {connector.connector_type}")
+    site = _site_config(connector)
+    urls = list(site.start_urls) if site is not None else initial_urls(pipeline) or initial_urls(connector) or []
+    if not urls:
+        raise RunRefused("no URLs to crawl")
+    return RunPlan(
+        pipeline_id=pipeline.id,
+        workspace_id=pipeline.workspace_id,
+        connector_id=connector.id,
+        save_to_kb=pipeline.save_to_kb,
+        folder_id=pipeline.destination_folder_id,
+        urls=tuple(dict.fromkeys(urls)),
+        retry=RetryPolicy.of(pipeline),
+        site=site,
+        max_runtime_seconds=pipeline.max_runtime_seconds,
+    )
+
+
+def plan_manual_run(session: Session, pipeline_id: int) -> RunPlan:
+    """The guards of a run started by hand (run-now from the API, the CLI): the run's own, then the
+    pipeline's manual trigger, which must be there and on; RunRefused says how to switch it on.
+
+    A launch from the Dagster UI is an operator's and does not pass here: its crawl step checks only
+    `plan_run`, so the UI can run any partition whatever its manual trigger says.
+    """
+    plan = plan_run(session, pipeline_id)
+    manual = session.scalar(
+        sa.select(PipelineTrigger).where(
+            PipelineTrigger.pipeline_id == pipeline_id, PipelineTrigger.kind == TriggerKind.MANUAL.value
+        )
+    )
+    where = f"--workspace {plan.workspace_id} --pipeline {pipeline_id}"
+    if manual is None:
+        raise RunRefused(
+            f"pipeline {pipeline_id} has no manual trigger, so it cannot be run by hand; add one with "
+            f"`pipelines-dagster trigger create {where} --kind manual` (API: POST .../triggers "
+            '{"kind": "manual"})'
+        )
+    if not manual.enabled:
+        raise RunRefused(
+            f"pipeline {pipeline_id} has no enabled manual trigger (trigger {manual.id} is off), so it cannot be "
+            f"run by hand; enable it with `pipelines-dagster trigger enable {where} --trigger {manual.id}` "
+            f"(API: POST .../triggers/{manual.id}/enable)"
+        )
+    return plan
+
+
+def _site_config(connector: Connector) -> SiteConfig | None:
+    """The connector's site-crawl bounds, re-validated (a row may come from an older release or a
+    hand edit); None in list mode. RunRefused says what to fix."""
+    try:
+        if crawl_mode(connector.config) is not CrawlMode.SITE:
+            return None
+        return SiteConfig.read(connector.config.get(SITE_KEY) or {})
+    except InvalidInputError as exc:
+        raise RunRefused(f"connector {connector.id} has an invalid site-crawl config: {exc}") from None
+
+
+def load_plan(engine: sa.Engine, pipeline_id: int) -> RunPlan:
+    with Session(engine) as session:
+        return plan_run(session, pipeline_id)

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import lxml.html
 import pytest
+import trafilatura
 
-from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE, PageLinks, links_of_html, page_links
-from pipelines_dagster.core.crawl.extract.page import extract_page
+from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE, PageLinks, page_links
+from pipelines_dagster.core.crawl.extract.page import decode_body, extract_page
 
 PAGE = "https://www.example.com/docs/guide/intro.html"
+
+
+def links_of_html(body: bytes, *, page_url: str, charset: str | None) -> PageLinks:
+    """page_links of a fetched HTML body, decoded and parsed as extraction does."""
+    tree = trafilatura.load_html(decode_body(body, charset=charset, html=True))
+    return PageLinks(links=[], canonical=None) if tree is None else page_links(tree, page_url=page_url)
 
 
 def links(html: str, *, page_url: str = PAGE) -> PageLinks:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipelines_dagster.core.crawl.site.config import SiteConfig
-from pipelines_dagster.core.crawl.urls import Scope, absolute_url, normalize_url, registrable_domain
+from pipelines_dagster.core.crawl.site.scope import Scope
+from pipelines_dagster.core.crawl.urls import absolute_url, normalize_url, registrable_domain
 from pipelines_dagster.core.validation import MAX_URL_LENGTH
 
 

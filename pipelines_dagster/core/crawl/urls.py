@@ -1,5 +1,5 @@
-"""URL normalization and a site crawl's scope: one form per page, so discovery de-duplicates, and
-the rule that says which discovered URLs belong to the site.
+"""URL normalization: one form per page, so discovery de-duplicates, and the host and registrable
+domain a site crawl's scope is judged by (`site.scope`).
 
 Normalization follows RFC 3986 section 6 (case, percent-encoding, dot segments, default ports),
 plus what a crawl wants on top: no fragment, and without the query parameters the config drops.
@@ -10,17 +10,12 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, unquote_plus, urljoin, urlsplit
 
 import idna
 from publicsuffixlist import PublicSuffixList
 
 from pipelines_dagster.core.validation import MAX_URL_LENGTH
-
-if TYPE_CHECKING:
-    from pipelines_dagster.core.crawl.site.config import SiteConfig
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -180,41 +175,3 @@ def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
         return ipaddress.ip_address(host)
     except ValueError:
         return None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Scope:
-    """Which URLs a site crawl may visit: those on a start URL's host (or, with `subdomains`,
-    under a start URL's registrable domain) that the config's include and exclude patterns allow.
-
-    Hosts are compared without scheme or port: http and https of a site are one site. An IP
-    address host has no registrable domain, so it only matches itself.
-    """
-
-    config: SiteConfig
-    hosts: frozenset[str]
-    domains: frozenset[str]
-
-    @classmethod
-    def of(cls, config: SiteConfig) -> Scope:
-        hosts = frozenset(host_of(url) for url in map(normalize_url, config.start_urls) if url is not None)
-        domains = frozenset(filter(None, map(registrable_domain, hosts))) if config.subdomains else frozenset()
-        return cls(config=config, hosts=hosts, domains=domains)
-
-    def allows(self, url: str) -> bool:
-        """Whether a discovered URL is in scope, judged on its normalized form (the config's query
-        parameters dropped); a URL normalize_url refuses never is."""
-        normalized = normalize_url(
-            url, drop_query_params=self.config.drop_query_params, drop_all_query=self.config.drop_all_query
-        )
-        if normalized is None:
-            return False
-        return self._on_site(host_of(normalized)) and self.config.allows_path(path_and_query(normalized))
-
-    def on_site(self, url: str) -> bool:
-        """Whether `url` is on the site's hosts, whatever its path (a sitemap or robots.txt there)."""
-        normalized = normalize_url(url)
-        return normalized is not None and self._on_site(host_of(normalized))
-
-    def _on_site(self, host: str) -> bool:
-        return host in self.hosts or (bool(self.domains) and registrable_domain(host) in self.domains)

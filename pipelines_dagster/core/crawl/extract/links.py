@@ -72,18 +72,6 @@ def page_links(tree: HtmlElement, *, page_url: str) -> PageLinks:
     return PageLinks(links=list(links), canonical=canonical)
 
 
-def links_of_html(body: bytes, *, page_url: str, charset: str | None) -> PageLinks:
-    """page_links of a fetched HTML body, decoded and parsed as extraction does (tests, benchmarks)."""
-    # Here, not at the top: the crawling process may import this module, and trafilatura is the
-    # extraction workers' alone.
-    import trafilatura
-
-    from pipelines_dagster.core.crawl.extract.page import decode_body
-
-    tree = trafilatura.load_html(decode_body(body, charset=charset, html=True))
-    return PageLinks(links=[], canonical=None) if tree is None else page_links(tree, page_url=page_url)
-
-
 def _base_url(root: HtmlElement, *, page_url: str) -> str:
     """What relative links resolve against: the first <base href>, itself resolved against the
     page's URL, as the HTML standard says; the page's URL when there is none, or it is not http(s)."""

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines_dagster.core.crawl.urls import normalize_url
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.validation import validate_choice, validate_urls
 
@@ -131,9 +132,6 @@ class SiteConfig:
         Field names are the CLI's and the API's: site, max_depth, max_pages, include, exclude,
         drop_query_params. `drop_query_params` is "all", or names (a list, or one comma-separated string).
         """
-        # Here, not at the top: a list crawl's run reads its mode through this module.
-        from pipelines_dagster.core.crawl.urls import normalize_url
-
         urls = tuple(validate_urls(start_urls, field="site"))
         for url in urls:
             if normalize_url(url) is None:

@@ -20,8 +20,9 @@ from typing import Generic, Protocol, TypeVar
 from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE
 from pipelines_dagster.core.crawl.site.config import SiteConfig
 from pipelines_dagster.core.crawl.site.frontier import Frontier, url_digest
+from pipelines_dagster.core.crawl.site.scope import Scope
 from pipelines_dagster.core.crawl.types import CrawlAccess
-from pipelines_dagster.core.crawl.urls import Scope, normalize_url
+from pipelines_dagster.core.crawl.urls import normalize_url
 
 # Pages a sitemap lists are one link away from the start URLs.
 SITEMAP_DEPTH = 1

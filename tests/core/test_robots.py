@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from pipelines_dagster.core.crawl.crawler import ROBOTS_MAX_BYTES, Crawler
+from pipelines_dagster.core.crawl.crawler import Crawler
+from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES
 from tests.core.test_crawler import ARTICLE, BASE, by_path
 from tests.support.web import Reply, WebServer, page, redirect
 

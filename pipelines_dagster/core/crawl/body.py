@@ -1,4 +1,4 @@
-"""Content-Encoding decoding with bounded output: a response body inflated piece by piece, so a
+"""A response body read to its cap: decoded (Content-Encoding) piece by piece with bounded output, so a
 caller that stops reading at its size cap never holds more than one piece past it.
 
 httpx inflates each network chunk whole before handing it over, which lets one gzip bomb cost
@@ -7,8 +7,14 @@ hundreds of MB before any cap is checked; the crawler reads raw chunks and decod
 
 from __future__ import annotations
 
+import hashlib
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import httpx
+
+from pipelines_dagster.core.crawl.types import FetchFailed
 
 # What the crawler asks servers for: the codings it can inflate with a bound (brotli is not a
 # dependency, so `br` is neither advertised nor accepted).
@@ -21,6 +27,8 @@ PIECE_BYTES = 64 * 1024
 MAX_CODINGS = 3
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 _RAW_DEFLATE_WBITS = -zlib.MAX_WBITS
+# A redirect or error body longer than this is not read: its connection is closed instead.
+_DRAIN_LIMIT = 64 * 1024
 
 
 class DecodingError(ValueError):
@@ -101,3 +109,44 @@ class _Inflater:
 def _zlib_wrapped(head: bytes) -> bool:
     """Whether a deflate body starts with a zlib header (RFC 1950: method 8, a check multiple of 31)."""
     return head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0
+
+
+@dataclass(frozen=True)
+class BodyCap:
+    """How much of a body is read: past `max_bytes` it is refused, or with `cut` kept to there."""
+
+    max_bytes: int
+    cut: bool = False
+
+
+class Body:
+    """A body as its decoded pieces come, hashed, and held to its cap."""
+
+    def __init__(self, cap: BodyCap) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.digest = hashlib.sha256()
+        self.truncated = False
+
+    def add(self, pieces: Iterable[bytes]) -> bool:
+        """Take pieces until the cap is passed; False once it was (with `cut`: read no more)."""
+        for piece in pieces:
+            room = self.cap.max_bytes - len(self.data)
+            if len(piece) > room:
+                if not self.cap.cut:
+                    raise FetchFailed(f"body larger than {self.cap.max_bytes} bytes")
+                piece, self.truncated = piece[:room], True
+            self.data += piece
+            self.digest.update(piece)
+            if self.truncated:
+                return False
+        return True
+
+
+async def drain(response: httpx.Response) -> None:
+    """Read a short redirect or error body, so its connection can serve the next request."""
+    seen = 0
+    async for chunk in response.aiter_raw():
+        seen += len(chunk)
+        if seen > _DRAIN_LIMIT:
+            return  # not worth reading: leaving it unread closes the connection instead

@@ -120,6 +120,15 @@ def distinct(urls: Iterable[str]) -> Iterator[str]:
             yield url
 
 
+class FetchFailed(Exception):
+    """Ends one URL as `failed`; the message is the outcome's reason. `unreachable`: the server
+    could not be reached or kept failing (5xx, 429, timeouts), rather than answered no."""
+
+    def __init__(self, reason: str, *, unreachable: bool = False) -> None:
+        super().__init__(reason)
+        self.unreachable = unreachable
+
+
 @dataclass(frozen=True)
 class FetchedBody:
     """What `CrawlAccess.fetch_body` read: the body, cut at its cap when `truncated`; or, with no

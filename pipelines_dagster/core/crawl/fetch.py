@@ -1,0 +1,381 @@
+"""Fetching one URL of a crawl, politely and safely: the address guard and robots.txt on every hop,
+redirects followed by hand so each is checked, retries with backoff, host slots and Crawl-delay, and
+a body read to its cap before its text is extracted."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+
+from pipelines_dagster.core.crawl.body import Body, BodyCap, BodyDecoder, DecodingError, drain
+from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
+from pipelines_dagster.core.crawl.host_budget import HostBudget, HostBudgetError
+from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsRules
+from pipelines_dagster.core.crawl.slots import HostSlots
+from pipelines_dagster.core.crawl.types import (
+    CrawlerConfig,
+    CrawlOutcome,
+    CrawlStatus,
+    FetchedBody,
+    FetchFailed,
+    PreviousFetch,
+    UrlSource,
+)
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.security.ssrf import AddressError, AddressGuard
+from pipelines_dagster.core.validation import validate_url
+
+PAGE_TYPES = HTML_TYPES | {PLAIN_TEXT}
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+@dataclass
+class FetchProgress:
+    """What is known about one URL so far, kept for its outcome even when it fails midway."""
+
+    final_url: str
+    attempts: int = 0
+    http_status: int | None = None
+    previous: PreviousFetch | None = None
+    """What the last crawl left of the page the requests are for: the URL's own, or (when a source
+    stores pages under their final URL) a redirect target's."""
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    status: int
+    headers: httpx.Headers
+    media_type: str = ""
+    charset: str | None = None
+    body: bytes = b""
+    raw_hash: str | None = None
+    truncated: bool = False
+    """The body went on past its cap, and was cut there."""
+
+
+class Fetcher:
+    """One crawl's fetching and what its URLs share: the HTTP client, the address guard, robots rules and
+    host slots. `crawl_url` is a URL's whole fetch, one outcome; sources read sitemaps through it."""
+
+    def __init__(
+        self,
+        config: CrawlerConfig,
+        *,
+        guard: AddressGuard,
+        client: httpx.AsyncClient,
+        extract: Callable[..., Awaitable[Extracted]],
+        source: UrlSource,
+        previous: Mapping[str, PreviousFetch],
+        host_budget: HostBudget | None = None,
+    ) -> None:
+        self._config = config
+        self._source = source
+        self._previous = previous
+        self._guard = guard
+        self._client = client
+        self._extract = extract
+        self._robots = RobotsRules(
+            self._fetch_robots, user_agent=config.user_agent, max_crawl_delay=config.max_crawl_delay
+        )
+        self._hosts = HostSlots(
+            per_host=config.per_host_concurrency,
+            global_concurrency=config.global_concurrency,
+            crawl_delays=self._robots.crawl_delays,
+            host_budget=host_budget,
+        )
+
+    async def crawl_url(self, url: str, previous: PreviousFetch | None) -> CrawlOutcome:
+        started = time.monotonic()
+        fetched_at = datetime.now(UTC)
+        progress = FetchProgress(final_url=url)
+
+        def outcome(status: CrawlStatus, **fields: Any) -> CrawlOutcome:
+            return CrawlOutcome(
+                url=url,
+                final_url=progress.final_url,
+                status=status,
+                fetched_at=fetched_at,
+                elapsed=time.monotonic() - started,
+                attempts=progress.attempts,
+                http_status=progress.http_status,
+                **fields,
+            )
+
+        try:
+            response = await self._fetch(url, previous=previous, progress=progress, media_types=PAGE_TYPES)
+            previous = progress.previous
+            etag = response.headers.get("etag")
+            last_modified = response.headers.get("last-modified")
+            if response.status == 304:
+                if previous is None:
+                    raise FetchFailed("HTTP 304 Not Modified to a request that was not conditional")
+                return outcome(
+                    "success",
+                    unchanged=True,
+                    raw_hash=previous.raw_hash,
+                    content_hash=previous.content_hash,
+                    etag=etag or previous.etag,
+                    last_modified=last_modified or previous.last_modified,
+                )
+            if previous is not None and previous.raw_hash == response.raw_hash:
+                return outcome(
+                    "success",
+                    unchanged=True,
+                    raw_hash=response.raw_hash,
+                    content_hash=previous.content_hash,
+                    etag=etag,
+                    last_modified=last_modified,
+                )
+            extracted = await self._extract(
+                response.body,
+                media_type=response.media_type,
+                charset=response.charset,
+                url=progress.final_url,
+                links=self._source.wants_links,
+            )
+            return outcome(
+                "success" if extracted.content_hash else "empty",
+                content=extracted.content,
+                metadata=extracted.metadata,
+                error=None if extracted.content_hash else "no text could be extracted from the page",
+                content_hash=extracted.content_hash,
+                raw_hash=response.raw_hash,
+                etag=etag,
+                last_modified=last_modified,
+                links=extracted.links,
+                canonical=extracted.canonical,
+            )
+        except FetchFailed as exc:
+            return outcome("failed", error=str(exc))
+        except Exception as exc:  # continue-on-fail: a bug met on one page must not end the crawl
+            return outcome("failed", error=f"unexpected error: {exc!r}")
+
+    async def fetch_body(self, url: str, *, max_bytes: int) -> FetchedBody:
+        """The body a 200 answers at `url` with (a sitemap), through every guard a page request
+        passes, read to `max_bytes` (decoded) and cut there; or why there is none."""
+        progress = FetchProgress(final_url=url)
+        try:
+            response = await self._fetch(
+                url, previous=None, progress=progress, media_types=None, cap=BodyCap(max_bytes, cut=True)
+            )
+        except FetchFailed as exc:
+            return FetchedBody(error=str(exc))
+        if response.status != 200:
+            return FetchedBody(error=f"HTTP {response.status}")
+        return FetchedBody(body=response.body, truncated=response.truncated)
+
+    async def _fetch(
+        self,
+        url: str,
+        *,
+        previous: PreviousFetch | None,
+        progress: FetchProgress,
+        media_types: frozenset[str] | None,
+        cap: BodyCap | None = None,
+        robots_txt: bool = False,
+    ) -> FetchResponse:
+        """The final response for `url`, following redirects ourselves so every hop is checked.
+
+        A `robots_txt` fetch is not itself subject to robots.txt, and follows ROBOTS_MAX_REDIRECTS
+        redirects wherever they lead (the crawl's scope is for pages), as RFC 9309 asks.
+        """
+        current = _checked_url(url)
+        progress.previous = previous
+        max_redirects = ROBOTS_MAX_REDIRECTS if robots_txt else self._config.max_redirects
+        for _ in range(max_redirects + 1):
+            progress.final_url = current
+            target = httpx.URL(current)  # parsed once per hop: host slot, robots origin and request
+            host = _host(target)
+            try:
+                async with asyncio.timeout(self._config.connect_timeout):
+                    await self._guard.addresses(host)
+            except AddressError as exc:
+                raise FetchFailed(str(exc)) from None
+            except TimeoutError:
+                raise FetchFailed(
+                    f"resolving {host!r} timed out after {self._config.connect_timeout:g} s", unreachable=True
+                ) from None
+            if not robots_txt and self._config.obey_robots:
+                await self._robots.check(current, target)
+            response = await self._request(
+                target,
+                host=host,
+                previous=progress.previous,
+                progress=progress,
+                media_types=media_types,
+                cap=cap or BodyCap(self._config.max_body_bytes),
+            )
+            if response.status not in REDIRECT_STATUSES:
+                return response
+            location = response.headers.get("location")
+            if not location:
+                raise FetchFailed(f"HTTP {response.status} redirect without a Location header")
+            current = _checked_url(urljoin(current, location))
+            if not robots_txt and not self._source.allows(current):
+                raise FetchFailed(f"redirected out of the crawl's scope, to {current}; not followed")
+            # A site crawl stores the page under the redirect's target: the next hop is conditional
+            # on what the last crawl stored there.
+            if progress.previous is None and (key := self._source.stored_key(current)) is not None:
+                progress.previous = self._previous.get(key)
+        raise FetchFailed(f"too many redirects (more than {max_redirects})")
+
+    async def _request(
+        self,
+        url: httpx.URL,
+        *,
+        host: str,
+        previous: PreviousFetch | None,
+        progress: FetchProgress,
+        media_types: frozenset[str] | None,
+        cap: BodyCap,
+    ) -> FetchResponse:
+        """One hop's response, retrying 429, 5xx, timeouts and connection errors with backoff."""
+        config = self._config
+        headers = _conditional_headers(previous)
+        attempt = 0
+        while True:
+            attempt += 1
+            progress.attempts = attempt
+            retry_after: float | None = None
+            try:
+                response = await self._send(
+                    url, host=host, headers=headers, media_types=media_types, progress=progress, cap=cap
+                )
+            except (AddressError, HostBudgetError) as exc:
+                raise FetchFailed(str(exc)) from None
+            except httpx.ConnectTimeout:
+                reason = f"connect timed out after {config.connect_timeout:g} s"
+            except (httpx.TimeoutException, TimeoutError):
+                reason = f"timed out after {config.total_timeout:g} s"
+            except httpx.TransportError as exc:
+                reason = f"connection failed: {exc or type(exc).__name__}"
+            else:
+                if response.status == 429 or response.status >= 500:
+                    reason = f"HTTP {response.status}"
+                    retry_after = retry_after_seconds(response.headers.get("retry-after"))
+                elif response.status < 300 or response.status == 304 or response.status in REDIRECT_STATUSES:
+                    return response
+                else:
+                    raise FetchFailed(f"HTTP {response.status}")
+            if attempt >= config.max_attempts:
+                raise FetchFailed(
+                    reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)", unreachable=True
+                )
+            backoff = config.backoff_base * config.backoff_factor ** (attempt - 1)
+            await asyncio.sleep(min(backoff if retry_after is None else retry_after, config.max_retry_delay))
+
+    async def _send(
+        self,
+        url: httpx.URL,
+        *,
+        host: str,
+        headers: dict[str, str],
+        media_types: frozenset[str] | None,
+        progress: FetchProgress,
+        cap: BodyCap,
+    ) -> FetchResponse:
+        """One attempt. A 2xx body is read (checked for type and size) before the slots are freed.
+
+        The body is read raw and decoded here, piece by piece, so its cap bounds the decoded bytes
+        held, whatever the Content-Encoding: a gzip bomb costs the cap and one piece, no more.
+        """
+        config = self._config
+        async with (
+            self._hosts.request(url, host=host),
+            asyncio.timeout(config.total_timeout),
+            self._client.stream("GET", url, headers=headers) as response,
+        ):
+            progress.http_status = response.status_code
+            if not response.is_success:
+                await drain(response)
+                return FetchResponse(status=response.status_code, headers=response.headers)
+            media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if media_types is not None and media_type not in media_types:
+                raise FetchFailed(
+                    f"unsupported content type {media_type or '(none declared)'!r}; "
+                    "only HTML, XHTML and plain text pages are crawled"
+                )
+            declared = response.headers.get("content-length", "")
+            if not cap.cut and declared.isdigit() and int(declared) > cap.max_bytes:
+                raise FetchFailed(f"body larger than {cap.max_bytes} bytes ({declared} declared)")
+            try:
+                decoder = BodyDecoder(response.headers.get("content-encoding"))
+                body = Body(cap)
+                async for chunk in response.aiter_raw():
+                    if not body.add(decoder.feed(chunk)):
+                        break
+                else:
+                    body.add(decoder.finish())
+            except DecodingError as exc:
+                raise FetchFailed(str(exc)) from None
+            return FetchResponse(
+                status=response.status_code,
+                headers=response.headers,
+                media_type=media_type,
+                charset=response.charset_encoding,
+                body=bytes(body.data),
+                raw_hash=body.digest.hexdigest(),
+                truncated=body.truncated,
+            )
+
+    async def robots_sitemaps(self, url: str) -> list[str]:
+        """The sitemaps the robots.txt of `url`'s origin names (read once per crawl, as for its rules)."""
+        return await self._robots.sitemaps(url)
+
+    async def _fetch_robots(self, url: str) -> tuple[int, bytes]:
+        response = await self._fetch(
+            url,
+            previous=None,
+            progress=FetchProgress(url),
+            media_types=None,
+            cap=BodyCap(ROBOTS_MAX_BYTES, cut=True),
+            robots_txt=True,
+        )
+        return response.status, response.body
+
+
+def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds a Retry-After header (delta seconds or an HTTP date) asks to wait; None if absent or invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _conditional_headers(previous: PreviousFetch | None) -> dict[str, str]:
+    # The validators came from the final response of this URL's redirect chain; sending them on
+    # every hop is harmless because a redirecting hop has other validators and never matches.
+    headers: dict[str, str] = {}
+    if previous is not None and previous.etag:
+        headers["If-None-Match"] = previous.etag
+    if previous is not None and previous.last_modified:
+        headers["If-Modified-Since"] = previous.last_modified
+    return headers
+
+
+def _checked_url(url: str) -> str:
+    try:
+        return validate_url(url)
+    except InvalidInputError as exc:
+        raise FetchFailed(exc.message) from None
+
+
+def _host(url: httpx.URL) -> str:
+    # The ASCII (IDNA) form, the one httpcore hands the network backend, so both share guard answers.
+    return url.raw_host.decode("ascii")

@@ -26,7 +26,8 @@ from pathlib import Path
 import boto3
 import psutil
 
-from pipelines_dagster.core.storage.blob import MiB, S3BlobStore
+from pipelines_dagster.core.storage.blob import MiB
+from pipelines_dagster.core.storage.s3_blobs import S3BlobStore
 
 LIMIT_MB = 64
 SMOKE_SIZE_MB, SMOKE_PART_SIZE_MB = 12, 5

@@ -51,7 +51,7 @@ from _corpus import REPO, CorpusServer, EmbeddedHome, KiB, MiB, OtherLoad, serve
 
 from pipelines_dagster.core.crawl.extract.page import extract_page
 from pipelines_dagster.core.crawl.record import read_crawl
-from pipelines_dagster.core.storage.blob import LocalBlobStore
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
 
 SEED = 20240603
 SPEEDUP_TARGET = 1.7

@@ -24,7 +24,7 @@ from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.run.checkpoint import checkpoint_prefix
-from pipelines_dagster.core.storage.blob import LocalBlobStore
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
 from pipelines_dagster.core.storage.locks import DatabaseLocks, connector_lock_name, pipeline_lock_name
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.launch import GraphQLLauncher, launch_pipeline_run

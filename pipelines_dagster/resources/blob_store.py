@@ -10,7 +10,9 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from pipelines_dagster.core.storage.blob import DEFAULT_CHUNK_SIZE, BlobInfo, BlobStore, LocalBlobStore, S3BlobStore
+from pipelines_dagster.core.storage.blob import DEFAULT_CHUNK_SIZE, BlobInfo, BlobStore
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
+from pipelines_dagster.core.storage.s3_blobs import S3BlobStore
 
 
 class BlobStoreResource(dg.ConfigurableResource["BlobStoreResource"], ABC):

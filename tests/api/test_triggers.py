@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import DomainEvent, WebhookDelivery
-from pipelines_dagster.core.storage.blob import LocalBlobStore
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
 from pipelines_dagster.core.storage.retention import apply_retention
 from pipelines_dagster.core.triggers.webhooks import sign
 from pipelines_dagster.resources.app_db import AppDatabaseResource

@@ -11,7 +11,9 @@ import sys
 import time
 from collections.abc import Iterator
 
-from pipelines_dagster.core.storage.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore
+from pipelines_dagster.core.storage.blob import BlobStore
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
+from pipelines_dagster.core.storage.s3_blobs import S3_MIN_PART_SIZE, S3BlobStore
 
 
 def first_part_then_hang() -> Iterator[bytes]:

@@ -16,12 +16,12 @@ from pipelines_dagster.core.storage.blob import (
     BlobNotFoundError,
     BlobStore,
     InvalidBlobKeyError,
-    LocalBlobStore,
     MiB,
-    S3BlobStore,
     run_result_key,
     validate_key,
 )
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
+from pipelines_dagster.core.storage.s3_blobs import S3BlobStore
 
 PART_SIZE = 5 * MiB
 S3_PREFIX = "kb"

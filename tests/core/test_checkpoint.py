@@ -9,7 +9,8 @@ import pytest
 
 from pipelines_dagster.core.crawl.record import CrawlRecord
 from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
-from pipelines_dagster.core.storage.blob import InvalidBlobKeyError, LocalBlobStore
+from pipelines_dagster.core.storage.blob import InvalidBlobKeyError
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
 
 ROOT = "root-run"
 PREFIX = checkpoint_prefix(workspace_id=1, pipeline_id=2, root_run_id=ROOT)

@@ -9,7 +9,7 @@ import pytest
 
 from pipelines_dagster.core.crawl.record import CrawlRecord, CrawlRecordError, StoredPage, read_crawl, write_crawl
 from pipelines_dagster.core.crawl.types import CrawlOutcome
-from pipelines_dagster.core.storage.blob import LocalBlobStore
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
 
 FETCHED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -23,7 +23,8 @@ from pipelines_dagster.app_db.models import (
     WebhookDelivery,
 )
 from pipelines_dagster.core.catalog.workspaces import create_workspace
-from pipelines_dagster.core.storage.blob import S3_MIN_PART_SIZE, BlobStore, LocalBlobStore, S3BlobStore, run_result_key
+from pipelines_dagster.core.storage.blob import BlobStore, run_result_key
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
 from pipelines_dagster.core.storage.retention import (
     ABANDONED_WRITE_AGE,
     apply_retention,
@@ -32,6 +33,7 @@ from pipelines_dagster.core.storage.retention import (
     prune_notification_deliveries,
     prune_webhook_deliveries,
 )
+from pipelines_dagster.core.storage.s3_blobs import S3_MIN_PART_SIZE, S3BlobStore
 from pipelines_dagster.schedules import RetentionConfig, build_maintenance_schedule, maintenance
 from tests.assets.conftest import embedded, materialization, web  # noqa: F401  (fixtures)
 from tests.support.processes import kill_when_it_says

@@ -7,7 +7,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines_dagster.core.storage.blob import LocalBlobStore, S3BlobStore, run_result_key
+from pipelines_dagster.core.storage.blob import run_result_key
+from pipelines_dagster.core.storage.local_blobs import LocalBlobStore
+from pipelines_dagster.core.storage.s3_blobs import S3BlobStore
 from pipelines_dagster.resources.blob_store import BlobStoreResource, LocalBlobStoreResource, S3BlobStoreResource
 
 RECORDS = [{"url": "https://example.com/", "status": "success"}, {"url": "https://example.com/x", "status": "empty"}]

@@ -23,6 +23,7 @@ from pipelines_dagster.app_db.models import (
     PageChange,
     PageChangeStatus,
 )
+from pipelines_dagster.core.ledger.billing import Charged
 from pipelines_dagster.notifications.payloads import (
     MAX_LISTED_CHANGES,
     RUN_EVENTS,
@@ -197,3 +198,16 @@ def queue_credits_low(
         )
 
     return queue(session, crossed, event_type=event, dedupe_key=f"{event}:{ledger_entry_id}", data=data, now=now)
+
+
+def credits_low_hook(session: Session, charged: Charged) -> list[int]:
+    """The billing charge hook (`Billing(on_charged=...)`): credits.low for the thresholds a charge crossed."""
+    return queue_credits_low(
+        session,
+        workspace_id=charged.workspace_id,
+        balance_before=charged.balance_before,
+        balance_after=charged.balance_after,
+        ledger_entry_id=charged.ledger_entry_id,
+        pipeline_id=charged.usage.get("pipeline_id"),
+        run_id=charged.usage.get("run_id"),
+    )

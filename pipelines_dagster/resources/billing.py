@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.core.ledger.billing import Billing, ChargeResult, Reservation
+from pipelines_dagster.notifications.events import credits_low_hook
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 
 
@@ -22,6 +23,7 @@ class BillingResource(dg.ConfigurableResource["BillingResource"]):
             self.app_db.sessions,
             enabled=self.billing_enabled,
             micros_per_crawl=self.micros_per_crawl,
+            on_charged=credits_low_hook,
         )
 
     def successes_to_micros(self, successes: int) -> int:

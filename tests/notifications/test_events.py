@@ -18,6 +18,7 @@ from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.notifications.destination import DestinationGuard
 from pipelines_dagster.notifications.endpoints import set_endpoint_enabled
+from pipelines_dagster.notifications.events import credits_low_hook
 from pipelines_dagster.notifications.sender import Sender, SendReport
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.sensors.notifications import run_end_sensors
@@ -151,7 +152,7 @@ def test_page_changes_bring_one_pages_changed_per_crawl_with_links_to_the_diffs(
 
 
 def test_credits_low_fires_once_each_time_a_charge_takes_the_balance_under_the_threshold(sessions, workspace, receiver):
-    billing = Billing(sessions, enabled=True, micros_per_crawl=1000)
+    billing = Billing(sessions, enabled=True, micros_per_crawl=1000, on_charged=credits_low_hook)
     created = endpoint(sessions, workspace, receiver.url(HOOK), events=["credits.low"], credits_below_micros=5_000)
     endpoint(sessions, workspace, receiver.url("/lower"), events=["credits.low"], credits_below_micros=1_000)
     billing.grant(workspace, 10_000)
@@ -185,7 +186,7 @@ def test_a_disabled_endpoint_is_queued_nothing(sessions, workspace, receiver):
     created = endpoint(sessions, workspace, receiver.url(HOOK), events=["credits.low"], credits_below_micros=5_000)
     with transaction(sessions) as session:
         set_endpoint_enabled(session, workspace_id=workspace, endpoint_id=created.endpoint.id, enabled=False)
-    billing = Billing(sessions, enabled=True, micros_per_crawl=1000)
+    billing = Billing(sessions, enabled=True, micros_per_crawl=1000, on_charged=credits_low_hook)
     billing.grant(workspace, 6_000)
     billing.charge(workspace, 2_000, idempotency_key="x", usage={})
     assert deliveries(sessions, workspace) == []

@@ -12,7 +12,7 @@ refused for credit.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,7 +31,6 @@ from pipelines_dagster.app_db.models import (
     Workspace,
 )
 from pipelines_dagster.core.errors import NotFoundError
-from pipelines_dagster.notifications.events import queue_credits_low
 
 WEB_CRAWL_USAGE = "web_crawl"
 # An open hold stops reserving after this: the backstop for a run whose end nothing saw (the run-end
@@ -57,6 +56,22 @@ class ChargeResult:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Charged:
+    """A charge just made, as `Billing`'s hook hears of it inside the charge's transaction."""
+
+    workspace_id: int
+    micros: int
+    balance_before: int
+    balance_after: int
+    ledger_entry_id: int
+    usage: Mapping[str, Any]
+
+
+ChargeHook = Callable[[Session, Charged], object]
+"""Told of each new charge in its transaction (the wiring queues credits.low notifications with it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Reservation:
     """What `reserve` did for a crawl."""
 
@@ -79,10 +94,18 @@ class CreditSummary:
 
 
 class Billing:
-    def __init__(self, sessions: sessionmaker[Session], *, enabled: bool, micros_per_crawl: int) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        enabled: bool,
+        micros_per_crawl: int,
+        on_charged: ChargeHook | None = None,
+    ) -> None:
         if micros_per_crawl < 0:
             raise ValueError("micros_per_crawl must be zero or more")
         self._sessions = sessions
+        self._on_charged = on_charged
         self.enabled = enabled
         self.micros_per_crawl = micros_per_crawl
 
@@ -219,15 +242,18 @@ class Billing:
                     raise ValueError(f"idempotency key {idempotency_key!r} belongs to another ledger entry")
                 return ChargeResult(micros=-earlier.delta_micros, newly_charged=False, ledger_entry_id=earlier.id)
             balance = _add_to_balance(session, account_id, -micros)
-            queue_credits_low(
-                session,
-                workspace_id=workspace_id,
-                balance_before=balance + micros,
-                balance_after=balance,
-                ledger_entry_id=entry_id,
-                pipeline_id=usage.get("pipeline_id"),
-                run_id=usage.get("run_id"),
-            )
+            if self._on_charged is not None:
+                self._on_charged(
+                    session,
+                    Charged(
+                        workspace_id=workspace_id,
+                        micros=micros,
+                        balance_before=balance + micros,
+                        balance_after=balance,
+                        ledger_entry_id=entry_id,
+                        usage=usage,
+                    ),
+                )
             session.add(
                 TokenUsage(
                     workspace_id=workspace_id,

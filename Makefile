@@ -60,11 +60,13 @@ check-defs: install-dev $(DAGSTER_HOME)/dagster.yaml
 	$(DG) check defs
 	$(DG) list defs
 
-# Lint, format check and type check over the whole tree (strict on core/); CI runs it before the tests.
+# Lint, format check, type check (strict on core/) and the import contracts in pyproject.toml (what
+# may import what); CI runs it before the tests.
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Test files run on PYTEST_WORKERS processes (each file on one, so a file's deployment is started
 # once); most of a test's time is spent waiting on a real service, so more workers than cores pays.

@@ -171,7 +171,7 @@ def test_the_packages_loggers_write_to_the_run_log(instance: dg.DagsterInstance,
     logs = [
         (entry.level, entry.user_message) for entry in instance.all_logs(result.run_id) if entry.dagster_event is None
     ]
-    # Logged by core/locks.py from its renewal thread, through logging.getLogger(__name__).
+    # Logged by core/storage/locks.py from its renewal thread, through logging.getLogger(__name__).
     assert (logging.WARNING, "lock 'pipeline:1' was lost: it expired or another owner took it") in logs
     # The managed loggers' level is context.log's too: INFO lines, like the crawl's progress, still land.
     assert (logging.INFO, "an INFO line from the step") in logs

@@ -50,7 +50,7 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
 
 class StorableText(sa.TypeDecorator[str]):
     """TEXT for text from outside (crawled pages, what clients send), written without what
-    PostgreSQL or its driver refuses (core/text.py), so both databases store the same."""
+    PostgreSQL or its driver refuses (app_db/text.py), so both databases store the same."""
 
     impl: type[sa.String] = sa.Text
     cache_ok = True
@@ -298,7 +298,7 @@ class PipelineTrigger(Base):
     next_fire_at: Mapped[datetime | None]
     last_fired_at: Mapped[datetime | None]
     # The scheduled_for of the fire claimed at last_fired_at, until a tick sees its run in Dagster:
-    # what a tick that died after claiming it owes, offered again (core/scheduler.py).
+    # what a tick that died after claiming it owes, offered again (core/triggers/scheduler.py).
     awaiting_run_for: Mapped[datetime | None]
     event_type: Mapped[str | None] = mapped_column(sa.String(64))
     # The URL token's SHA-256: it names the trigger and, in github mode, is the signing key.
@@ -352,7 +352,7 @@ class WebhookDelivery(Base):
     received_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     # Set by the webhook sensor in the transaction that takes the row; NULL until then.
     requested_at: Mapped[datetime | None]
-    # Taken for a run that no tick has seen in Dagster yet (core/trigger_queue.py).
+    # Taken for a run that no tick has seen in Dagster yet (core/triggers/queue.py).
     awaiting_run: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
 
 
@@ -382,7 +382,7 @@ class DomainEvent(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     # Set by the event sensor in the transaction that takes the row; NULL until then.
     requested_at: Mapped[datetime | None]
-    # Taken for runs that no tick has seen in Dagster yet (core/trigger_queue.py).
+    # Taken for runs that no tick has seen in Dagster yet (core/triggers/queue.py).
     awaiting_run: Mapped[bool] = mapped_column(default=False, server_default=sa.false())
 
 
@@ -401,7 +401,7 @@ class Document(Base):
     pipeline_id: Mapped[int | None] = mapped_column(sa.ForeignKey("pipelines.id", ondelete="SET NULL"), index=True)
     document_type: Mapped[str] = mapped_column(sa.String(32))
     url: Mapped[str | None] = mapped_column(StorableText)
-    # sha256 of "{document_type}:{url}:{workspace_id}:{pipeline_id}" (core.kb_index.document_identity): one
+    # sha256 of "{document_type}:{url}:{workspace_id}:{pipeline_id}" (core.kb.index.document_identity): one
     # document per URL per pipeline, so two pipelines over one URL keep one each, in their own folders.
     unique_identifier_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     title: Mapped[str | None] = mapped_column(StorableText)
@@ -553,7 +553,7 @@ class NotificationEndpoint(Base):
     pipeline_ids: Mapped[list[int] | None] = mapped_column(sa.JSON)
     # credits.low fires when a charge takes the balance from at least this to below it.
     credits_below_micros: Mapped[int | None]
-    # Standard Webhooks secrets, newest first (core/signing.py): every live one signs.
+    # Standard Webhooks secrets, newest first (core/security/signing.py): every live one signs.
     signing_secrets: Mapped[list[dict[str, Any]]] = mapped_column(sa.JSON)
     enabled: Mapped[bool] = mapped_column(default=True)
     disabled_reason: Mapped[str | None] = mapped_column(sa.Text)

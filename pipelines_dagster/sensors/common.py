@@ -4,7 +4,7 @@ A tick reads what it needs from the instance first (known partitions, busy pipel
 the fires, which commits their rows as claimed (a schedule drops the fire of a busy pipeline; a
 webhook delivery or an event waits for it, pending), and only builds the result in memory after that
 commit. A tick that dies in between leaves fires marked with no run: the take of a later tick
-asks the instance which of its marks have runs, and offers the others again (core/fires.py).
+asks the instance which of its marks have runs, and offers the others again (core/triggers/fires.py).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def runs_requested(instance: dg.DagsterInstance, fires: Sequence[Fire]) -> set[s
 
 @dataclass(frozen=True)
 class InstanceRuns:
-    """The instance's runs as a take asks about them (core/fires.Runs)."""
+    """The instance's runs as a take asks about them (core.triggers.fires.Runs)."""
 
     instance: dg.DagsterInstance
     busy: frozenset[int]

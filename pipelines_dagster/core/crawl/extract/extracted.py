@@ -1,6 +1,6 @@
 """What the crawler and the extraction workers share: the media types extracted, and the result.
 
-Apart from `extract`, so the crawling process never imports trafilatura and lxml: only the
+Apart from `extract.page`, so the crawling process never imports trafilatura and lxml: only the
 worker processes extract, and every run process loads the crawler's modules with the code location.
 """
 

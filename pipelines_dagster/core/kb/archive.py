@@ -1,5 +1,5 @@
 """The KB follows the site: documents whose page left the crawl are archived, never deleted, and only
-as far as the crawl's health allows (`crawl_health`), so a broken or truncated crawl never empties
+as far as the crawl's health allows (`crawl.health`), so a broken or truncated crawl never empties
 the KB. Restoring is indexing's part (`kb.index`): a page stored again is no longer archived."""
 
 from __future__ import annotations

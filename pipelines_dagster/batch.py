@@ -19,7 +19,7 @@ import pydantic
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message
 from pipelines_dagster.assets.crawl_results import crawl_partition, retry_plan
-from pipelines_dagster.core.triggers.scheduler import Fire
+from pipelines_dagster.core.triggers.fires import Fire
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.resources.app_db import AppDatabaseResource

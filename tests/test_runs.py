@@ -39,10 +39,10 @@ def test_each_fire_carries_its_run_key_and_tags_without_a_dagster_instance():
     from datetime import UTC, datetime
 
     from pipelines_dagster.core.triggers.queue import DeliveryFire, EventFire
-    from pipelines_dagster.core.triggers.scheduler import Fire
+    from pipelines_dagster.core.triggers.scheduler import ScheduledFire
 
     at = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-    schedule = Fire(trigger_id=4, pipeline_id=7, workspace_id=3, scheduled_for=at)
+    schedule = ScheduledFire(trigger_id=4, pipeline_id=7, workspace_id=3, scheduled_for=at)
     assert schedule.run_key == "schedule:4:2026-12-01T09:00:00+00:00"
     assert schedule.tags == {
         "pipeline_id": "7",

@@ -11,14 +11,14 @@ from typing import Any, cast
 import dagster as dg
 
 from pipelines_dagster.batch import OP_NAME, batch_run_request, pipeline_batch, split_evenly
-from pipelines_dagster.core.triggers.scheduler import Fire, take_due
+from pipelines_dagster.core.triggers.scheduler import ScheduledFire, take_due
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import MEMBER, member_pipeline_tag
 from pipelines_dagster.sensors.common import pipeline_run_request, runs_requested, trigger_sensor
 from pipelines_dagster.settings import Settings
 
 
-def batched(fires: Sequence[Fire], *, run_batch_size: int) -> list[dg.RunRequest]:
+def batched(fires: Sequence[ScheduledFire], *, run_batch_size: int) -> list[dg.RunRequest]:
     return [
         batch_run_request(chunk) if len(chunk) > 1 else pipeline_run_request(chunk[0])
         for chunk in split_evenly(fires, run_batch_size)
@@ -32,7 +32,7 @@ def batch_fires(run: dg.DagsterRun) -> set[tuple[int, str]]:
     return {(member["pipeline_id"], member["scheduled_for"]) for member in members if member.get("scheduled_for")}
 
 
-def scheduled_runs(instance: dg.DagsterInstance, fires: Sequence[Fire]) -> set[str]:
+def scheduled_runs(instance: dg.DagsterInstance, fires: Sequence[ScheduledFire]) -> set[str]:
     """The run keys, among these fires', that have a run: a `pipeline_run` under the fire's key, or a
     `pipeline_batch` run (keyed by all its fires) that lists the fire; one batch run found answers
     for all its members."""

@@ -33,7 +33,7 @@ SCHEDULE_BUDGET = Budget(max_rows=None)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fire:
+class ScheduledFire:
     """One due fire of a schedule trigger, already advanced in the database."""
 
     trigger_id: int
@@ -55,8 +55,8 @@ class Fire:
         )
 
 
-def fire_of(trigger: PipelineTrigger, scheduled_for: datetime) -> Fire:
-    return Fire(
+def fire_of(trigger: PipelineTrigger, scheduled_for: datetime) -> ScheduledFire:
+    return ScheduledFire(
         trigger_id=trigger.id,
         pipeline_id=trigger.pipeline_id,
         workspace_id=trigger.workspace_id,
@@ -124,7 +124,7 @@ def due_query(*, now: datetime, batch_size: int) -> sa.Select[PipelineTrigger, b
 
 def claim_due(
     sessions: sessionmaker[Session], *, limit: int, now: datetime, busy: set[int] | None = None
-) -> Taken[Fire]:
+) -> Taken[ScheduledFire]:
     """Claim up to `limit` due triggers, advance them and commit: the fires their enabled pipelines are owed.
 
     A fire of a pipeline in `busy` (a run queued or in progress, or a fire taken earlier in the
@@ -133,7 +133,7 @@ def claim_due(
     busy = set() if busy is None else busy
     with sessions() as session, session.begin():
         rows = session.execute(due_query(now=now, batch_size=limit)).all()
-        taken: Taken[Fire] = Taken(rows=len(rows))
+        taken: Taken[ScheduledFire] = Taken(rows=len(rows))
         for trigger, pipeline_enabled in rows:
             scheduled_for = trigger.next_fire_at
             assert scheduled_for is not None  # due_query claims only rows with next_fire_at <= now
@@ -182,7 +182,7 @@ def offer_lost(
     now: datetime,
     grace: timedelta = GRACE,
     busy: set[int] | None = None,
-) -> Taken[Fire]:
+) -> Taken[ScheduledFire]:
     """Up to `limit` claimed fires that have waited longer than `grace` and have no run in `runs`:
     offered again under the run key they were claimed with, and waiting again. A fire whose run is
     seen stops waiting, as does one that would fire nothing now (its trigger or pipeline disabled
@@ -198,7 +198,7 @@ def offer_lost(
         seen = runs.seen([fire for _, fire in waiting])
         for trigger, _ in rows:
             trigger.awaiting_run_for = None
-        taken: Taken[Fire] = Taken()
+        taken: Taken[ScheduledFire] = Taken()
         for trigger, fire in waiting:
             if fire.run_key in seen:
                 continue
@@ -220,7 +220,7 @@ def take_due(
     now: datetime | None = None,
     budget: Budget = SCHEDULE_BUDGET,
     grace: timedelta = GRACE,
-) -> Taken[Fire]:
+) -> Taken[ScheduledFire]:
     """Offer lost fires again, then claim due triggers in batches until none is due or the budget is
     spent, each batch committed first: at most one fire per pipeline, none for a busy one."""
     moment = now or datetime.now(UTC)

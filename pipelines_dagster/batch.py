@@ -28,9 +28,15 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.runs import TRIGGER_TAG, Trigger, batch_run_key, batch_tags
+from pipelines_dagster.runs import (
+    PIPELINE_BATCH_JOB,
+    PIPELINE_BATCH_OP,
+    TRIGGER_TAG,
+    Trigger,
+    batch_run_key,
+    batch_tags,
+)
 
-OP_NAME = "run_pipelines"
 T = TypeVar("T")
 
 
@@ -88,7 +94,7 @@ def _run_member(
 
 
 @dg.op(
-    name=OP_NAME,
+    name=PIPELINE_BATCH_OP,
     out={},
     description="Run each pipeline of the batch in turn: crawl_results, its checks, kb_documents and page_changes.",
 )
@@ -129,7 +135,7 @@ def run_pipelines(
 
 
 @dg.job(
-    name="pipeline_batch",
+    name=PIPELINE_BATCH_JOB,
     tags={TRIGGER_TAG: Trigger.SCHEDULED.value},
     description=(
         "Run many pipelines' scheduled fires in one run; each pipeline's partitions are materialized as by "
@@ -157,7 +163,7 @@ def batch_run_request(fires: Sequence[Fire]) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=batch_run_key(fire.run_key for fire in fires),
         job_name=pipeline_batch.name,
-        run_config=dg.RunConfig(ops={OP_NAME: config}),
+        run_config=dg.RunConfig(ops={PIPELINE_BATCH_OP: config}),
         tags=batch_tags(((fire.pipeline_id, fire.workspace_id) for fire in fires), trigger=Trigger.SCHEDULED),
     )
 

@@ -1,9 +1,11 @@
 """The run contract: what a pipeline run says about itself, in one place.
 
 Tag names, the triggers that start runs, the tags each kind of run carries, the run key of each
-trigger kind, the pipeline(s) a run is for, and the run statuses that make a pipeline busy. Every
-launcher writes runs through these functions and every reader (history, sensors, the crawl step)
-reads them back through them. Plain Python: the domain core builds its fires with it.
+trigger kind, the pipeline(s) a run is for, the run statuses that make a pipeline busy, and the
+names of the jobs, ops, assets and failure metadata a run writes. Every launcher and step writes
+runs through these and every reader (history, sensors, the crawl step) reads them back through
+them, so the read side never imports the write side. Plain Python: the domain core builds its
+fires with it, and the CLI reads it without loading Dagster.
 """
 
 from __future__ import annotations
@@ -20,6 +22,21 @@ REPOSITORY = "__repository__"
 """Its one repository, as Dagster names a Definitions object's."""
 PIPELINE_RUN_JOB = "pipeline_run"
 """The job a pipeline's run is (jobs.py), by name: launches name it without loading the definitions."""
+PIPELINE_BATCH_JOB = "pipeline_batch"
+"""The job that runs many pipelines' scheduled fires in one run (batch.py)."""
+PIPELINE_BATCH_OP = "run_pipelines"
+"""The batch job's one op: its run config lists the batch's pipelines under this name."""
+
+# The assets of a pipeline's partition (one-part asset keys), in the order its steps run.
+CRAWL_RESULTS_ASSET = "crawl_results"
+KB_DOCUMENTS_ASSET = "kb_documents"
+PAGE_CHANGES_ASSET = "page_changes"
+PIPELINE_ASSETS = (CRAWL_RESULTS_ASSET, KB_DOCUMENTS_ASSET, PAGE_CHANGES_ASSET)
+
+# A step that fails inside another step (a batch run's member, a step that follows a crawl) is
+# logged as an observation of its asset with this metadata: the failed asset, and the error.
+FAILED_STEP_METADATA = "failed_step"
+ERROR_METADATA = "error"
 
 
 def partition_key(pipeline_id: int) -> str:

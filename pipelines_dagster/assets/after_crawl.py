@@ -30,10 +30,7 @@ from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-
-# Metadata of the observation that records a step's failure inside another step.
-FAILED_STEP = "failed_step"
-ERROR = "error"
+from pipelines_dagster.runs import ERROR_METADATA, FAILED_STEP_METADATA
 
 Event = dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation
 
@@ -90,8 +87,8 @@ class PartitionSteps:
             asset_key=asset_key,
             partition=self.key,
             metadata={
-                FAILED_STEP: asset_key.to_user_string(),
-                ERROR: message,
+                FAILED_STEP_METADATA: asset_key.to_user_string(),
+                ERROR_METADATA: message,
                 "started_at": dg.MetadataValue.timestamp(self.started_at),
             },
         )

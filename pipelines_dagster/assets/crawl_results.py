@@ -34,7 +34,7 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.runs import CONTRACT_TAGS, missing_run_tags, origin_of
+from pipelines_dagster.runs import CONTRACT_TAGS, CRAWL_RESULTS_ASSET, missing_run_tags, origin_of
 
 
 class CrawlAttemptFailed(Exception):
@@ -281,6 +281,7 @@ def _tag_the_run(context: dg.AssetExecutionContext, app_db: AppDatabaseResource)
 
 
 @dg.asset(
+    name=CRAWL_RESULTS_ASSET,
     partitions_def=pipelines_partitions,
     # Retries follow each pipeline's own policy (RetryRequested below), not one fixed for the asset.
     kinds={"python"},

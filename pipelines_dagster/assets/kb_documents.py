@@ -22,6 +22,7 @@ from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, StoredCrawl
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
+from pipelines_dagster.runs import KB_DOCUMENTS_ASSET
 
 
 def index_partition(
@@ -91,6 +92,7 @@ def archive_left_pages(
 
 
 @dg.asset(
+    name=KB_DOCUMENTS_ASSET,
     partitions_def=pipelines_partitions,
     deps=[CRAWL_RESULTS],
     # Not materialized for a pipeline that does not save to the KB.

@@ -17,6 +17,7 @@ from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.notifications import NotificationsResource
+from pipelines_dagster.runs import PAGE_CHANGES_ASSET
 
 # The UI renders metadata inline; a crawl of thousands of pages lists its first changes only.
 MAX_LISTED_CHANGES = 50
@@ -69,7 +70,13 @@ def changes_partition(
     }
 
 
-@dg.asset(partitions_def=pipelines_partitions, deps=[CRAWL_RESULTS], kinds={"python"}, description=__doc__)
+@dg.asset(
+    name=PAGE_CHANGES_ASSET,
+    partitions_def=pipelines_partitions,
+    deps=[CRAWL_RESULTS],
+    kinds={"python"},
+    description=__doc__,
+)
 def page_changes(
     context: dg.AssetExecutionContext,
     app_db: AppDatabaseResource,

@@ -44,6 +44,20 @@ def partition_key(pipeline_id: int) -> str:
     return str(pipeline_id)
 
 
+class PartitionKeyError(ValueError):
+    """A partition key that is not a pipeline id."""
+
+
+def pipeline_id_of_partition(key: str) -> int:
+    """The pipeline whose partition `key` is: `partition_key`'s inverse."""
+    if not (key.isascii() and key.isdigit()):
+        raise PartitionKeyError(
+            f"partition {key!r} is not a pipeline: pipeline partitions are keyed by pipeline id (digits only); "
+            "add partitions by creating pipelines, not by hand"
+        )
+    return int(key)
+
+
 class Trigger(enum.StrEnum):
     """What started a run; the value of its `trigger` tag."""
 

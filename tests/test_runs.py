@@ -1,5 +1,5 @@
-"""The run contract: the tags our launchers set (and a UI launch is given), and the names the read
-side finds runs by, which it reads without loading Dagster or the steps."""
+"""The run contract: the tags our launchers set (and a UI launch is given), a partition key both ways, and the names
+the read side finds runs by, which it reads without loading Dagster or the steps."""
 
 from __future__ import annotations
 
@@ -79,6 +79,15 @@ def test_a_run_is_for_its_tagged_pipeline_its_partition_or_its_batch_members():
     assert pipeline_ids_of({"dagster/partition": "not-a-pipeline"}) == []
     assert origin_of({"webhook_delivery_id": "12"}).delivery_id == 12 and origin_of({}).event_id is None
     assert batch_run_key(["b", "a"]) == batch_run_key(["a", "b"]) != batch_run_key(["a"])
+
+
+def test_a_partition_key_turns_back_into_its_pipeline_and_a_foreign_key_is_named():
+    from pipelines_dagster.runs import PartitionKeyError, partition_key, pipeline_id_of_partition
+
+    assert pipeline_id_of_partition(partition_key(42)) == 42
+    for foreign in ("not-a-pipeline", "", "-3", "4.0", "²"):
+        with pytest.raises(PartitionKeyError, match="is not a pipeline"):
+            pipeline_id_of_partition(foreign)
 
 
 def test_the_contract_names_what_the_definitions_define():

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.partition import partition_pipeline_id
 from pipelines_dagster.core.crawl.health import succeeded_share
 from pipelines_dagster.core.crawl.record import CrawlRecordError, read_crawl
 from pipelines_dagster.core.storage.blob import BlobNotFoundError
@@ -37,7 +38,7 @@ def success_ratio(partition_key: str, crawl: CrawlMetadata | None, app_db: AppDa
     if crawl is None:
         return _no_crawl(partition_key, dg.AssetCheckSeverity.WARN)
     with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, int(partition_key))
+        pipeline = session.get(Pipeline, partition_pipeline_id(partition_key))
     health = crawl.health(pipeline.config if pipeline else {})
     attempted = crawl.urls_attempted or 0
     ratio = succeeded_share(succeeded=crawl.urls_succeeded or 0, attempted=attempted)
@@ -92,7 +93,9 @@ def _blank(column: sa.SQLColumnExpression[str | None]) -> sa.ColumnElement[bool]
 def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
     """Whether every ready document of the pipeline has text."""
     with app_db.sessions() as session:
-        ready = (Document.pipeline_id == int(partition_key)) & (Document.status_state == DocumentState.READY.value)
+        ready = (Document.pipeline_id == partition_pipeline_id(partition_key)) & (
+            Document.status_state == DocumentState.READY.value
+        )
         total = session.scalar(sa.select(sa.func.count()).select_from(Document).where(ready))
         empty = list(
             session.scalars(sa.select(Document.url).where(ready, _blank(Document.content)).order_by(Document.id))

@@ -9,7 +9,7 @@ import dagster as dg
 
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
-from pipelines_dagster.assets.partition import partition_pipeline, refused
+from pipelines_dagster.assets.partition import partition_pipeline, partition_pipeline_id, refused
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
 from pipelines_dagster.core.ledger.costs import crawl_charge_key
@@ -176,8 +176,9 @@ def crawl_partition(
     """
     started_at = time.time()
     attempt_of = (run.run_id, partition_key)
+    pipeline_id = partition_pipeline_id(partition_key)
     try:
-        plan = load_plan(app_db.engine, int(partition_key))
+        plan = load_plan(app_db.engine, pipeline_id)
     except RunRefused as exc:
         raise refused(str(exc)) from None
     except Exception as exc:

@@ -5,6 +5,7 @@ import dagster as dg
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.crawl_metadata import StoredCrawl, latest_crawl
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.runs import PartitionKeyError, pipeline_id_of_partition
 
 
 def refused(reason: str) -> dg.Failure:
@@ -25,9 +26,17 @@ def stored_crawl_with_metadata(instance: dg.DagsterInstance, partition_key: str)
     return latest.blob_key, latest
 
 
+def partition_pipeline_id(partition_key: str) -> int:
+    """The partition's pipeline; a partition that is none (added by hand in the UI) is refused."""
+    try:
+        return pipeline_id_of_partition(partition_key)
+    except PartitionKeyError as exc:
+        raise refused(str(exc)) from None
+
+
 def partition_pipeline(app_db: AppDatabaseResource, partition_key: str) -> Pipeline:
     with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, int(partition_key))
+        pipeline = session.get(Pipeline, partition_pipeline_id(partition_key))
     if pipeline is None:
         raise refused(f"pipeline {partition_key} does not exist")
     return pipeline

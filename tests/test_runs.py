@@ -95,9 +95,9 @@ def test_the_contract_names_what_the_definitions_define():
     from pipelines_dagster.definitions import defs
     from pipelines_dagster.runs import PIPELINE_ASSETS, PIPELINE_BATCH_JOB, PIPELINE_BATCH_OP, PIPELINE_RUN_JOB
 
-    batch = defs.get_job_def(PIPELINE_BATCH_JOB)
+    batch = defs.resolve_job_def(PIPELINE_BATCH_JOB)
     assert batch.graph.node_names() == [PIPELINE_BATCH_OP]
-    pipeline_run = defs.get_job_def(PIPELINE_RUN_JOB)
+    pipeline_run = defs.resolve_job_def(PIPELINE_RUN_JOB)
     assert {key.to_user_string() for key in pipeline_run.asset_layer.executable_asset_keys} == set(PIPELINE_ASSETS)
 
 

@@ -77,7 +77,7 @@ def _run_member(
 ) -> Iterator[Event]:
     """One pipeline of a batch run: its crawl and everything that follows it, as events to log."""
     try:
-        crawl = _with_retries(
+        crawled = _with_retries(
             lambda attempt: crawl_partition(
                 context.instance, context.run, steps.key, **resources, trigger_tags={}, log=context.log, attempt=attempt
             ),
@@ -88,9 +88,9 @@ def _run_member(
         yield steps.failed(CRAWL_RESULTS, exc)
         return
     if pipeline.scheduled_for:
-        crawl["scheduled_for"] = pipeline.scheduled_for
-    yield dg.AssetMaterialization(asset_key=CRAWL_RESULTS, partition=steps.key, metadata=crawl)
-    yield from steps.after_crawl(crawl)
+        crawled.metadata["scheduled_for"] = pipeline.scheduled_for
+    yield dg.AssetMaterialization(asset_key=CRAWL_RESULTS, partition=steps.key, metadata=crawled.metadata)
+    yield from steps.after_crawl(crawled.pipeline, crawled.source)
 
 
 @dg.op(
@@ -112,7 +112,6 @@ def run_pipelines(
     failed: dict[int, list[str]] = {}
     for pipeline in config.pipelines:
         steps = PartitionSteps(
-            context.instance,
             partition_key(pipeline.pipeline_id),
             app_db=app_db,
             blob_store=blob_store,

@@ -1,6 +1,8 @@
 """Data-quality checks shown in the Dagster UI next to each pipeline partition; they read, never write."""
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
@@ -32,14 +34,21 @@ def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCh
     )
 
 
-def success_ratio(partition_key: str, crawl: CrawlMetadata | None, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
+def _pipeline_config(app_db: AppDatabaseResource, partition_key: str) -> Mapping[str, Any]:
+    """The partition's pipeline config; none for a pipeline deleted since its crawl."""
+    with app_db.sessions() as session:
+        pipeline = session.get(Pipeline, partition_pipeline_id(partition_key))
+    return pipeline.config if pipeline else {}
+
+
+def success_ratio(
+    partition_key: str, crawl: CrawlMetadata | None, pipeline_config: Mapping[str, Any]
+) -> dg.AssetCheckResult:
     """Whether the crawl (materialization metadata) is healthy, as judged when it was stored: its
     success ratio at the pipeline's threshold, its start URLs or its list not failed as a whole."""
     if crawl is None:
         return _no_crawl(partition_key, dg.AssetCheckSeverity.WARN)
-    with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, partition_pipeline_id(partition_key))
-    health = crawl.health(pipeline.config if pipeline else {})
+    health = crawl.health(pipeline_config)
     attempted = crawl.urls_attempted or 0
     ratio = succeeded_share(succeeded=crawl.urls_succeeded or 0, attempted=attempted)
     return dg.AssetCheckResult(
@@ -125,7 +134,9 @@ def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> d
     "start URLs (or its list) did not all fail. An unhealthy crawl blocks kb_documents and page_changes.",
 )
 def crawl_success_ratio(context: dg.AssetCheckExecutionContext, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
-    return success_ratio(context.partition_key, _latest_crawl(context.instance, context.partition_key), app_db)
+    crawl = _latest_crawl(context.instance, context.partition_key)
+    config = _pipeline_config(app_db, context.partition_key) if crawl is not None else {}
+    return success_ratio(context.partition_key, crawl, config)
 
 
 @dg.asset_check(

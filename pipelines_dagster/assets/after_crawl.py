@@ -108,8 +108,11 @@ class PartitionSteps:
 
         if pending(crawl_success_ratio):
             yield check_evaluation(crawl_success_ratio, success_ratio(key, stored, pipeline.config), key)
+        # The URLs the blob check read: kb_documents creates its pending rows from them, not from another read.
+        urls: list[str] | None = None
         if pending(crawl_blob_readable):
-            yield check_evaluation(crawl_blob_readable, blob_readable(key, stored, blob_store), key)
+            readable, urls = blob_readable(key, stored, blob_store)
+            yield check_evaluation(crawl_blob_readable, readable, key)
         if not health.healthy:
             if pending(kb_documents) or pending(page_changes):
                 self.log.warning(f"pipeline {key}: kb_documents and page_changes skipped: the crawl is unhealthy")
@@ -119,7 +122,9 @@ class PartitionSteps:
             return
         if pending(kb_documents) and saves_to_kb(pipeline, self.log):
             try:
-                documents = index_partition(pipeline, crawl, app_db=app_db, blob_store=blob_store, log=self.log)
+                documents = index_partition(
+                    pipeline, crawl, app_db=app_db, blob_store=blob_store, log=self.log, urls=urls
+                )
             except Exception as exc:
                 yield self.failed(kb_documents.key, exc)
             else:

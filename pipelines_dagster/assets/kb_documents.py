@@ -39,8 +39,10 @@ def index_partition(
     app_db: AppDatabaseResource,
     blob_store: BlobStoreResource,
     log: dg.DagsterLogManager,
+    urls: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Upsert the stored crawl into the pipeline's KB folder; the metadata of that materialization."""
+    """Upsert the stored crawl into the pipeline's KB folder; the metadata of that materialization.
+    `urls`: the crawl's URLs as its blob check read them, when it did."""
     store = blob_store.store()
     destination = Destination(
         workspace_id=pipeline.workspace_id,
@@ -48,7 +50,7 @@ def index_partition(
         connector_id=pipeline.connector_id,
         folder_id=pipeline.destination_folder_id,
     )
-    stats = index_crawl(app_db.sessions, destination, lambda: read_crawl(store, crawl.blob_key))
+    stats = index_crawl(app_db.sessions, destination, lambda: read_crawl(store, crawl.blob_key), urls=urls)
     archived = archive_left_pages(app_db, destination, pipeline, crawl, stats, log=log)
     return {
         "documents_created": stats.created,

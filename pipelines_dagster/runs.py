@@ -48,9 +48,14 @@ class PartitionKeyError(ValueError):
     """A partition key that is not a pipeline id."""
 
 
+def _is_id(value: str) -> bool:
+    # str.isdigit alone takes "²", which int() refuses.
+    return value.isascii() and value.isdigit()
+
+
 def pipeline_id_of_partition(key: str) -> int:
     """The pipeline whose partition `key` is: `partition_key`'s inverse."""
-    if not (key.isascii() and key.isdigit()):
+    if not _is_id(key):
         raise PartitionKeyError(
             f"partition {key!r} is not a pipeline: pipeline partitions are keyed by pipeline id (digits only); "
             "add partitions by creating pipelines, not by hand"
@@ -166,14 +171,14 @@ def batch_pipeline_ids(tags: Mapping[str, str]) -> list[int]:
     return sorted(
         int(key.removeprefix(_MEMBER_PIPELINE_PREFIX))
         for key, value in tags.items()
-        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and key[len(_MEMBER_PIPELINE_PREFIX) :].isdigit()
+        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and _is_id(key[len(_MEMBER_PIPELINE_PREFIX) :])
     )
 
 
 def pipeline_id_of(tags: Mapping[str, str]) -> int | None:
     """The pipeline a single-pipeline run is for: its pipeline_id tag, or the partition of a UI launch or backfill."""
     value = tags.get(PIPELINE_TAG) or tags.get(PARTITION_TAG)
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and _is_id(value) else None
 
 
 def pipeline_ids_of(tags: Mapping[str, str]) -> list[int]:
@@ -196,7 +201,7 @@ class Origin:
 def origin_of(tags: Mapping[str, str]) -> Origin:
     delivery, event = tags.get(WEBHOOK_DELIVERY_TAG, ""), tags.get(EVENT_ID_TAG, "")
     return Origin(
-        delivery_id=int(delivery) if delivery.isdigit() else None, event_id=int(event) if event.isdigit() else None
+        delivery_id=int(delivery) if _is_id(delivery) else None, event_id=int(event) if _is_id(event) else None
     )
 
 

@@ -77,6 +77,8 @@ def test_a_run_is_for_its_tagged_pipeline_its_partition_or_its_batch_members():
     assert pipeline_ids_of({"dagster/partition": "8"}) == [8]
     assert pipeline_ids_of(batch_tags([(3, 1), (17, 2)], trigger="scheduled")) == [3, 17]
     assert pipeline_ids_of({"dagster/partition": "not-a-pipeline"}) == []
+    # Digits int() does not read (a partition added by hand in the UI) are no pipeline either, not a crash.
+    assert pipeline_ids_of({"dagster/partition": "²"}) == []
     assert origin_of({"webhook_delivery_id": "12"}).delivery_id == 12 and origin_of({}).event_id is None
     assert batch_run_key(["b", "a"]) == batch_run_key(["a", "b"]) != batch_run_key(["a"])
 

@@ -19,7 +19,7 @@ import pydantic
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message
 from pipelines_dagster.assets.crawl_results import crawl_partition, retry_plan
-from pipelines_dagster.core.triggers.fires import Fire
+from pipelines_dagster.core.triggers.scheduler import ScheduledFire
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -28,9 +28,15 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.runs import TRIGGER_TAG, Trigger, batch_run_key, batch_tags
+from pipelines_dagster.runs import (
+    PIPELINE_BATCH_JOB,
+    PIPELINE_BATCH_OP,
+    TRIGGER_TAG,
+    Trigger,
+    batch_run_key,
+    batch_tags,
+)
 
-OP_NAME = "run_pipelines"
 T = TypeVar("T")
 
 
@@ -71,7 +77,7 @@ def _run_member(
 ) -> Iterator[Event]:
     """One pipeline of a batch run: its crawl and everything that follows it, as events to log."""
     try:
-        crawl = _with_retries(
+        crawled = _with_retries(
             lambda attempt: crawl_partition(
                 context.instance, context.run, steps.key, **resources, trigger_tags={}, log=context.log, attempt=attempt
             ),
@@ -82,13 +88,13 @@ def _run_member(
         yield steps.failed(CRAWL_RESULTS, exc)
         return
     if pipeline.scheduled_for:
-        crawl["scheduled_for"] = pipeline.scheduled_for
-    yield dg.AssetMaterialization(asset_key=CRAWL_RESULTS, partition=steps.key, metadata=crawl)
-    yield from steps.after_crawl(crawl)
+        crawled.metadata["scheduled_for"] = pipeline.scheduled_for
+    yield dg.AssetMaterialization(asset_key=CRAWL_RESULTS, partition=steps.key, metadata=crawled.metadata)
+    yield from steps.after_crawl(crawled.pipeline, crawled.source)
 
 
 @dg.op(
-    name=OP_NAME,
+    name=PIPELINE_BATCH_OP,
     out={},
     description="Run each pipeline of the batch in turn: crawl_results, its checks, kb_documents and page_changes.",
 )
@@ -106,7 +112,6 @@ def run_pipelines(
     failed: dict[int, list[str]] = {}
     for pipeline in config.pipelines:
         steps = PartitionSteps(
-            context.instance,
             partition_key(pipeline.pipeline_id),
             app_db=app_db,
             blob_store=blob_store,
@@ -129,7 +134,7 @@ def run_pipelines(
 
 
 @dg.job(
-    name="pipeline_batch",
+    name=PIPELINE_BATCH_JOB,
     tags={TRIGGER_TAG: Trigger.SCHEDULED.value},
     description=(
         "Run many pipelines' scheduled fires in one run; each pipeline's partitions are materialized as by "
@@ -140,7 +145,7 @@ def pipeline_batch() -> None:
     run_pipelines()
 
 
-def batch_run_request(fires: Sequence[Fire]) -> dg.RunRequest:
+def batch_run_request(fires: Sequence[ScheduledFire]) -> dg.RunRequest:
     """One `pipeline_batch` run for these fires, its members in pipeline order (as its tags list them);
     the same fires always make the same run key."""
     fires = sorted(fires, key=lambda fire: fire.pipeline_id)
@@ -157,7 +162,7 @@ def batch_run_request(fires: Sequence[Fire]) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=batch_run_key(fire.run_key for fire in fires),
         job_name=pipeline_batch.name,
-        run_config=dg.RunConfig(ops={OP_NAME: config}),
+        run_config=dg.RunConfig(ops={PIPELINE_BATCH_OP: config}),
         tags=batch_tags(((fire.pipeline_id, fire.workspace_id) for fire in fires), trigger=Trigger.SCHEDULED),
     )
 

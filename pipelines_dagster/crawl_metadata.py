@@ -13,8 +13,9 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
+from pipelines_dagster.runs import CRAWL_RESULTS_ASSET
 
-CRAWL_RESULTS = dg.AssetKey("crawl_results")
+CRAWL_RESULTS = dg.AssetKey(CRAWL_RESULTS_ASSET)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,7 +28,7 @@ from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.catalog.connectors import set_initial_urls
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources import build_resources
-from pipelines_dagster.runs import Trigger, run_tags
+from pipelines_dagster.runs import CRAWL_RESULTS_ASSET, KB_DOCUMENTS_ASSET, Trigger, partition_key, run_tags
 from pipelines_dagster.settings import Settings, load_settings
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "examples" / "site"
@@ -144,13 +144,13 @@ def run_once(
         demo = seed(sessions, instance, base_url)
         result = dg.materialize(
             [crawl_results, kb_documents],
-            partition_key=str(demo.pipeline_id),
+            partition_key=partition_key(demo.pipeline_id),
             instance=instance,
             resources=build_resources(with_loopback_allowed(settings)),
             tags=run_tags(pipeline_id=demo.pipeline_id, workspace_id=demo.workspace_id, trigger=Trigger.MANUAL),
         )
-    crawl = CrawlMetadata.read(_metadata(result, "crawl_results"))
-    kb = _metadata(result, "kb_documents")
+    crawl = CrawlMetadata.read(_metadata(result, CRAWL_RESULTS_ASSET))
+    kb = _metadata(result, KB_DOCUMENTS_ASSET)
     with sessions() as session:
         ready = session.scalar(
             sa.select(sa.func.count())

@@ -19,22 +19,21 @@ from dagster._core.events import JobFailureData
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.assets.after_crawl import ERROR
-from pipelines_dagster.assets.crawl_results import crawl_results
-from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.batch import OP_NAME, pipeline_batch
 from pipelines_dagster.core.ledger.costs import ChargedRun, run_charges
 from pipelines_dagster.crawl_metadata import CrawlMetadata
-from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.runs import (
+    ERROR_METADATA,
     MEMBER,
     PARTITION_TAG,
+    PIPELINE_ASSETS,
+    PIPELINE_BATCH_JOB,
+    PIPELINE_BATCH_OP,
     PIPELINE_TAG,
     TRIGGER_TAG,
     WORKSPACE_TAG,
     member_pipeline_tag,
     member_workspace_tag,
+    partition_key,
     pipeline_id_of,
 )
 
@@ -75,7 +74,7 @@ BATCH_RUN_STATUSES: Mapping[RunStatus, list[dg.DagsterRunStatus]] = {
 }
 STEP_STATUS = {"SUCCESS": "succeeded", "FAILURE": "failed", "SKIPPED": "skipped", "IN_PROGRESS": "running"}
 # The assets a pipeline's run materializes, in the order its steps run.
-STEP_ASSETS = (crawl_results.key, kb_documents.key, page_changes.key)
+STEP_ASSETS = CRAWL_RESULTS, KB_DOCUMENTS, PAGE_CHANGES = tuple(dg.AssetKey(name) for name in PIPELINE_ASSETS)
 
 MAX_LIMIT = 100
 # Materializations are stamped by step workers, whose clocks may be off from the run worker's
@@ -179,7 +178,7 @@ class _MemberEvents:
 
     @property
     def started_at(self) -> float | None:
-        for record in (self.materializations.get(crawl_results.key), *self.failures.values()):
+        for record in (self.materializations.get(CRAWL_RESULTS), *self.failures.values()):
             event = record.asset_event if record else None
             started_at = CrawlMetadata.read(event.metadata).started_at if event is not None else None
             if started_at is not None:
@@ -200,12 +199,12 @@ class _MemberEvents:
         """The error the step's failure observation logged; None when it did not fail."""
         record = self.failures.get(asset_key)
         observation = record.asset_observation if record else None
-        return str(observation.metadata[ERROR].value) if observation is not None else None
+        return str(observation.metadata[ERROR_METADATA].value) if observation is not None else None
 
     def status(self, run: dg.DagsterRun) -> RunStatus:
         if self.failures:
             return "failed"
-        if page_changes.key in self.materializations:  # its last step
+        if PAGE_CHANGES in self.materializations:  # its last step
             return "succeeded"
         if run.status == dg.DagsterRunStatus.STARTED:
             return "running" if self.materializations else "queued"
@@ -358,7 +357,7 @@ class RunHistory:
         entries = []
         for record in records:
             run = record.dagster_run
-            if run.job_name != pipeline_batch.name:
+            if run.job_name != PIPELINE_BATCH_JOB:
                 entries.append(_Entry(record, _pipeline_id(run), batch=False))
                 continue
             # The run config says whose each pipeline is, also after a pipeline was deleted.
@@ -379,8 +378,8 @@ class RunHistory:
         members: Mapping[tuple[str, int], _MemberEvents] | None = None,
     ) -> list[PipelineRunView]:
         single = [entry for entry in entries if not entry.batch]
-        crawls = self._asset_records(self._instance.fetch_materializations, crawl_results.key, single)
-        documents = self._asset_records(self._instance.fetch_materializations, kb_documents.key, single)
+        crawls = self._asset_records(self._instance.fetch_materializations, CRAWL_RESULTS, single)
+        documents = self._asset_records(self._instance.fetch_materializations, KB_DOCUMENTS, single)
         if members is None:
             members = self._member_events([entry for entry in entries if entry.batch])
         errors = self._failures(list({entry.run.run_id: entry.record for entry in entries}.values()))
@@ -402,8 +401,8 @@ class RunHistory:
             if entry.batch:
                 events = members[entry.key]
                 status = events.status(run)
-                crawl = CrawlMetadata.read(events.metadata(crawl_results.key))
-                kb = events.metadata(kb_documents.key)
+                crawl = CrawlMetadata.read(events.metadata(CRAWL_RESULTS))
+                kb = events.metadata(KB_DOCUMENTS)
                 started_at = _from_timestamp(events.started_at)
                 done = status in ("succeeded", "failed", "canceled")
                 finished_at = _from_timestamp((events.finished_at or record.end_time) if done else None)
@@ -470,7 +469,7 @@ class RunHistory:
                     for key in STEP_ASSETS
                     if (record := fetched["observation", key].get(entry.key))
                     and record.asset_observation is not None
-                    and ERROR in record.asset_observation.metadata
+                    and ERROR_METADATA in record.asset_observation.metadata
                 },
             )
             for entry in entries
@@ -569,7 +568,7 @@ def _batch_members(run: dg.DagsterRun) -> list[dict[str, Any]]:
     """The pipelines of a batch run with their workspaces, from the run config the sensor gave it."""
     ops = run.run_config.get("ops", {})
     assert isinstance(ops, Mapping)  # run config is JSON: "ops" holds a mapping of op name to its config
-    members: list[dict[str, Any]] = ops.get(OP_NAME, {}).get("config", {}).get("pipelines", [])
+    members: list[dict[str, Any]] = ops.get(PIPELINE_BATCH_OP, {}).get("config", {}).get("pipelines", [])
     return members
 
 

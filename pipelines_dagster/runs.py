@@ -1,9 +1,11 @@
 """The run contract: what a pipeline run says about itself, in one place.
 
 Tag names, the triggers that start runs, the tags each kind of run carries, the run key of each
-trigger kind, the pipeline(s) a run is for, and the run statuses that make a pipeline busy. Every
-launcher writes runs through these functions and every reader (history, sensors, the crawl step)
-reads them back through them. Plain Python: the domain core builds its fires with it.
+trigger kind, the pipeline(s) a run is for, the run statuses that make a pipeline busy, and the
+names of the jobs, ops, assets and failure metadata a run writes. Every launcher and step writes
+runs through these and every reader (history, sensors, the crawl step) reads them back through
+them, so the read side never imports the write side. Plain Python: the domain core builds its
+fires with it, and the CLI reads it without loading Dagster.
 """
 
 from __future__ import annotations
@@ -20,11 +22,45 @@ REPOSITORY = "__repository__"
 """Its one repository, as Dagster names a Definitions object's."""
 PIPELINE_RUN_JOB = "pipeline_run"
 """The job a pipeline's run is (jobs.py), by name: launches name it without loading the definitions."""
+PIPELINE_BATCH_JOB = "pipeline_batch"
+"""The job that runs many pipelines' scheduled fires in one run (batch.py)."""
+PIPELINE_BATCH_OP = "run_pipelines"
+"""The batch job's one op: its run config lists the batch's pipelines under this name."""
+
+# The assets of a pipeline's partition (one-part asset keys), in the order its steps run.
+CRAWL_RESULTS_ASSET = "crawl_results"
+KB_DOCUMENTS_ASSET = "kb_documents"
+PAGE_CHANGES_ASSET = "page_changes"
+PIPELINE_ASSETS = (CRAWL_RESULTS_ASSET, KB_DOCUMENTS_ASSET, PAGE_CHANGES_ASSET)
+
+# A step that fails inside another step (a batch run's member, a step that follows a crawl) is
+# logged as an observation of its asset with this metadata: the failed asset, and the error.
+FAILED_STEP_METADATA = "failed_step"
+ERROR_METADATA = "error"
 
 
 def partition_key(pipeline_id: int) -> str:
     """The key of a pipeline's partition of every pipeline asset: its id."""
     return str(pipeline_id)
+
+
+class PartitionKeyError(ValueError):
+    """A partition key that is not a pipeline id."""
+
+
+def _is_id(value: str) -> bool:
+    # str.isdigit alone takes "²", which int() refuses.
+    return value.isascii() and value.isdigit()
+
+
+def pipeline_id_of_partition(key: str) -> int:
+    """The pipeline whose partition `key` is: `partition_key`'s inverse."""
+    if not _is_id(key):
+        raise PartitionKeyError(
+            f"partition {key!r} is not a pipeline: pipeline partitions are keyed by pipeline id (digits only); "
+            "add partitions by creating pipelines, not by hand"
+        )
+    return int(key)
 
 
 class Trigger(enum.StrEnum):
@@ -135,14 +171,14 @@ def batch_pipeline_ids(tags: Mapping[str, str]) -> list[int]:
     return sorted(
         int(key.removeprefix(_MEMBER_PIPELINE_PREFIX))
         for key, value in tags.items()
-        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and key[len(_MEMBER_PIPELINE_PREFIX) :].isdigit()
+        if key.startswith(_MEMBER_PIPELINE_PREFIX) and value == MEMBER and _is_id(key[len(_MEMBER_PIPELINE_PREFIX) :])
     )
 
 
 def pipeline_id_of(tags: Mapping[str, str]) -> int | None:
     """The pipeline a single-pipeline run is for: its pipeline_id tag, or the partition of a UI launch or backfill."""
     value = tags.get(PIPELINE_TAG) or tags.get(PARTITION_TAG)
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and _is_id(value) else None
 
 
 def pipeline_ids_of(tags: Mapping[str, str]) -> list[int]:
@@ -165,7 +201,7 @@ class Origin:
 def origin_of(tags: Mapping[str, str]) -> Origin:
     delivery, event = tags.get(WEBHOOK_DELIVERY_TAG, ""), tags.get(EVENT_ID_TAG, "")
     return Origin(
-        delivery_id=int(delivery) if delivery.isdigit() else None, event_id=int(event) if event.isdigit() else None
+        delivery_id=int(delivery) if _is_id(delivery) else None, event_id=int(event) if _is_id(event) else None
     )
 
 

@@ -1,6 +1,11 @@
-"""The run contract: a run launched from the Dagster UI is given the tags our own launchers set."""
+"""The run contract: the tags our launchers set (and a UI launch is given), a partition key both ways, and the names
+the read side finds runs by, which it reads without loading Dagster or the steps."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -72,5 +77,51 @@ def test_a_run_is_for_its_tagged_pipeline_its_partition_or_its_batch_members():
     assert pipeline_ids_of({"dagster/partition": "8"}) == [8]
     assert pipeline_ids_of(batch_tags([(3, 1), (17, 2)], trigger="scheduled")) == [3, 17]
     assert pipeline_ids_of({"dagster/partition": "not-a-pipeline"}) == []
+    # Digits int() does not read (a partition added by hand in the UI) are no pipeline either, not a crash.
+    assert pipeline_ids_of({"dagster/partition": "²"}) == []
     assert origin_of({"webhook_delivery_id": "12"}).delivery_id == 12 and origin_of({}).event_id is None
     assert batch_run_key(["b", "a"]) == batch_run_key(["a", "b"]) != batch_run_key(["a"])
+
+
+def test_a_partition_key_turns_back_into_its_pipeline_and_a_foreign_key_is_named():
+    from pipelines_dagster.runs import PartitionKeyError, partition_key, pipeline_id_of_partition
+
+    assert pipeline_id_of_partition(partition_key(42)) == 42
+    for foreign in ("not-a-pipeline", "", "-3", "4.0", "²"):
+        with pytest.raises(PartitionKeyError, match="is not a pipeline"):
+            pipeline_id_of_partition(foreign)
+
+
+def test_the_contract_names_what_the_definitions_define():
+    """The read side finds runs, ops and assets by these names alone: each is what the code location defines."""
+    from pipelines_dagster.definitions import defs
+    from pipelines_dagster.runs import PIPELINE_ASSETS, PIPELINE_BATCH_JOB, PIPELINE_BATCH_OP, PIPELINE_RUN_JOB
+
+    batch = defs.resolve_job_def(PIPELINE_BATCH_JOB)
+    assert batch.graph.node_names() == [PIPELINE_BATCH_OP]
+    pipeline_run = defs.resolve_job_def(PIPELINE_RUN_JOB)
+    assert {key.to_user_string() for key in pipeline_run.asset_layer.executable_asset_keys} == set(PIPELINE_ASSETS)
+
+
+def loaded_by(module: str) -> list[str]:
+    """The modules a fresh interpreter has loaded once it imported `module`."""
+    script = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
+    return json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, check=True).stdout)
+
+
+WRITE_SIDE = (
+    "pipelines_dagster.assets",
+    "pipelines_dagster.batch",
+    "pipelines_dagster.jobs",
+    "pipelines_dagster.sensors",
+)
+
+
+def test_the_contract_loads_no_dagster_for_the_cli_and_the_domain_core():
+    loaded = loaded_by("pipelines_dagster.runs")
+    assert not [name for name in loaded if name.partition(".")[0] == "dagster" or name.startswith(WRITE_SIDE)]
+
+
+def test_the_read_side_reads_runs_through_the_contract_not_the_steps_modules():
+    writers = [name for name in loaded_by("pipelines_dagster.history") if name.startswith(WRITE_SIDE)]
+    assert not writers, f"importing history loaded {writers}"

@@ -10,11 +10,11 @@ An unhealthy crawl (`core.crawl_health`) gets its checks and nothing else, and f
 """
 
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Collection, Iterable, Iterator
 
 import dagster as dg
 
+from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.checks import (
     blob_readable,
     check_evaluation,
@@ -24,16 +24,14 @@ from pipelines_dagster.assets.checks import (
     kb_documents_have_content,
     success_ratio,
 )
-from pipelines_dagster.assets.kb_documents import index_partition, kb_documents
+from pipelines_dagster.assets.kb_documents import index_partition, kb_documents, saves_to_kb
 from pipelines_dagster.assets.page_changes import changes_partition, page_changes
-from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, CrawlMetadata
+from pipelines_dagster.assets.partition import CrawlSource
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-
-# Metadata of the observation that records a step's failure inside another step.
-FAILED_STEP = "failed_step"
-ERROR = "error"
+from pipelines_dagster.runs import ERROR_METADATA, FAILED_STEP_METADATA
 
 Event = dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation
 
@@ -63,7 +61,6 @@ class PartitionSteps:
 
     def __init__(
         self,
-        instance: dg.DagsterInstance,
         partition_key: str,
         *,
         app_db: AppDatabaseResource,
@@ -71,7 +68,6 @@ class PartitionSteps:
         notifications: NotificationsResource,
         log: dg.DagsterLogManager,
     ) -> None:
-        self.instance = instance
         self.key = partition_key
         self.app_db = app_db
         self.blob_store = blob_store
@@ -90,17 +86,20 @@ class PartitionSteps:
             asset_key=asset_key,
             partition=self.key,
             metadata={
-                FAILED_STEP: asset_key.to_user_string(),
-                ERROR: message,
+                FAILED_STEP_METADATA: asset_key.to_user_string(),
+                ERROR_METADATA: message,
                 "started_at": dg.MetadataValue.timestamp(self.started_at),
             },
         )
 
-    def after_crawl(self, crawl: Mapping[str, Any], *, executed: Collection[str] = ()) -> Iterator[Event]:
-        """What follows a materialized crawl (its metadata) and is not in `executed`, the steps the
-        run executes itself: the crawl's checks, kb_documents with its check, and page_changes."""
+    def after_crawl(self, pipeline: Pipeline, crawl: CrawlSource, *, executed: Collection[str] = ()) -> Iterator[Event]:
+        """What follows the crawl the step just materialized and is not in `executed`, the steps the
+        run executes itself: the crawl's checks, kb_documents with its check, and page_changes.
+
+        They read the pipeline row the crawl loaded and the crawl it stored, as it handed them on:
+        not the app database or the event log again."""
         key, app_db, blob_store = self.key, self.app_db, self.blob_store
-        stored = CrawlMetadata.read(crawl)
+        stored = crawl.metadata
         health = stored.verdict
         assert health is not None, "crawl_partition records the verdict with every crawl"
 
@@ -108,9 +107,12 @@ class PartitionSteps:
             return definition.node_def.name not in executed
 
         if pending(crawl_success_ratio):
-            yield check_evaluation(crawl_success_ratio, success_ratio(key, stored, app_db), key)
+            yield check_evaluation(crawl_success_ratio, success_ratio(key, stored, pipeline.config), key)
+        # The URLs the blob check read: kb_documents creates its pending rows from them, not from another read.
+        urls: list[str] | None = None
         if pending(crawl_blob_readable):
-            yield check_evaluation(crawl_blob_readable, blob_readable(key, stored, blob_store), key)
+            readable, urls = blob_readable(key, stored, blob_store)
+            yield check_evaluation(crawl_blob_readable, readable, key)
         if not health.healthy:
             if pending(kb_documents) or pending(page_changes):
                 self.log.warning(f"pipeline {key}: kb_documents and page_changes skipped: the crawl is unhealthy")
@@ -118,20 +120,21 @@ class PartitionSteps:
                 self.unhealthy = health.failure
                 yield self.failed(CRAWL_RESULTS, dg.Failure(description=health.failure))
             return
-        if pending(kb_documents):
+        if pending(kb_documents) and saves_to_kb(pipeline, self.log):
             try:
-                documents = index_partition(self.instance, key, app_db=app_db, blob_store=blob_store, log=self.log)
+                documents = index_partition(
+                    pipeline, crawl, app_db=app_db, blob_store=blob_store, log=self.log, urls=urls
+                )
             except Exception as exc:
                 yield self.failed(kb_documents.key, exc)
             else:
-                if documents is not None:
-                    yield dg.AssetMaterialization(asset_key=kb_documents.key, partition=key, metadata=documents)
-                    if pending(kb_documents_have_content):
-                        yield check_evaluation(kb_documents_have_content, documents_have_content(key, app_db), key)
+                yield dg.AssetMaterialization(asset_key=kb_documents.key, partition=key, metadata=documents)
+                if pending(kb_documents_have_content):
+                    yield check_evaluation(kb_documents_have_content, documents_have_content(key, app_db), key)
         if pending(page_changes):
             try:
                 changes = changes_partition(
-                    self.instance, key, app_db=app_db, blob_store=blob_store, notifications=self.notifications
+                    pipeline, crawl, app_db=app_db, blob_store=blob_store, notifications=self.notifications
                 )
             except Exception as exc:
                 yield self.failed(page_changes.key, exc)

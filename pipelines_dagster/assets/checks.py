@@ -1,12 +1,15 @@
 """Data-quality checks shown in the Dagster UI next to each pipeline partition; they read, never write."""
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Document, DocumentState, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
+from pipelines_dagster.assets.partition import partition_pipeline_id
 from pipelines_dagster.core.crawl.health import succeeded_share
 from pipelines_dagster.core.crawl.record import CrawlRecordError, read_crawl
 from pipelines_dagster.core.storage.blob import BlobNotFoundError
@@ -31,14 +34,21 @@ def _no_crawl(partition_key: str, severity: dg.AssetCheckSeverity) -> dg.AssetCh
     )
 
 
-def success_ratio(partition_key: str, crawl: CrawlMetadata | None, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
+def _pipeline_config(app_db: AppDatabaseResource, partition_key: str) -> Mapping[str, Any]:
+    """The partition's pipeline config; none for a pipeline deleted since its crawl."""
+    with app_db.sessions() as session:
+        pipeline = session.get(Pipeline, partition_pipeline_id(partition_key))
+    return pipeline.config if pipeline else {}
+
+
+def success_ratio(
+    partition_key: str, crawl: CrawlMetadata | None, pipeline_config: Mapping[str, Any]
+) -> dg.AssetCheckResult:
     """Whether the crawl (materialization metadata) is healthy, as judged when it was stored: its
     success ratio at the pipeline's threshold, its start URLs or its list not failed as a whole."""
     if crawl is None:
         return _no_crawl(partition_key, dg.AssetCheckSeverity.WARN)
-    with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, int(partition_key))
-    health = crawl.health(pipeline.config if pipeline else {})
+    health = crawl.health(pipeline_config)
     attempted = crawl.urls_attempted or 0
     ratio = succeeded_share(succeeded=crawl.urls_succeeded or 0, attempted=attempted)
     return dg.AssetCheckResult(
@@ -57,13 +67,16 @@ def success_ratio(partition_key: str, crawl: CrawlMetadata | None, app_db: AppDa
 
 def blob_readable(
     partition_key: str, crawl: CrawlMetadata | None, blob_store: BlobStoreResource
-) -> dg.AssetCheckResult:
-    """Whether the crawl's blob is stored and holds one JSON record per attempted URL."""
+) -> tuple[dg.AssetCheckResult, list[str] | None]:
+    """Whether the crawl's blob is stored and holds one JSON record per attempted URL; and, when every
+    line read back, the crawl's URLs in stored order, which is all the KB index's pending rows need:
+    handed on, they spare it a read of the whole blob, at the cost of the URLs alone in memory."""
     if crawl is None or not crawl.blob_key:
-        return _no_crawl(partition_key, dg.AssetCheckSeverity.ERROR)
+        return _no_crawl(partition_key, dg.AssetCheckSeverity.ERROR), None
     blob_key = crawl.blob_key
+    urls: list[str] | None = None
     try:
-        records = sum(1 for _ in read_crawl(blob_store.store(), blob_key))
+        urls = [record.url for record in read_crawl(blob_store.store(), blob_key)]
     except BlobNotFoundError:
         problem: str | None = "is missing from the blob store; re-run crawl_results to store a new crawl"
     except json.JSONDecodeError as exc:  # orjson reports bad UTF-8 this way too
@@ -71,14 +84,15 @@ def blob_readable(
     except CrawlRecordError as exc:
         problem = f"holds a line that is not a crawl record ({exc}); re-run crawl_results to replace it"
     else:
-        expected = crawl.urls_attempted
+        records, expected = len(urls), crawl.urls_attempted
         problem = None if records == expected else f"holds {records} records, the crawl attempted {expected} URLs"
-    return dg.AssetCheckResult(
+    result = dg.AssetCheckResult(
         passed=problem is None,
         severity=dg.AssetCheckSeverity.ERROR,
         description=f"{blob_key} {problem}" if problem else f"{blob_key} holds {records} records",
         metadata={"blob_key": blob_key},
     )
+    return result, urls
 
 
 def _blank(column: sa.SQLColumnExpression[str | None]) -> sa.ColumnElement[bool]:
@@ -92,7 +106,9 @@ def _blank(column: sa.SQLColumnExpression[str | None]) -> sa.ColumnElement[bool]
 def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
     """Whether every ready document of the pipeline has text."""
     with app_db.sessions() as session:
-        ready = (Document.pipeline_id == int(partition_key)) & (Document.status_state == DocumentState.READY.value)
+        ready = (Document.pipeline_id == partition_pipeline_id(partition_key)) & (
+            Document.status_state == DocumentState.READY.value
+        )
         total = session.scalar(sa.select(sa.func.count()).select_from(Document).where(ready))
         empty = list(
             session.scalars(sa.select(Document.url).where(ready, _blank(Document.content)).order_by(Document.id))
@@ -122,7 +138,9 @@ def documents_have_content(partition_key: str, app_db: AppDatabaseResource) -> d
     "start URLs (or its list) did not all fail. An unhealthy crawl blocks kb_documents and page_changes.",
 )
 def crawl_success_ratio(context: dg.AssetCheckExecutionContext, app_db: AppDatabaseResource) -> dg.AssetCheckResult:
-    return success_ratio(context.partition_key, _latest_crawl(context.instance, context.partition_key), app_db)
+    crawl = _latest_crawl(context.instance, context.partition_key)
+    config = _pipeline_config(app_db, context.partition_key) if crawl is not None else {}
+    return success_ratio(context.partition_key, crawl, config)
 
 
 @dg.asset_check(
@@ -131,7 +149,8 @@ def crawl_success_ratio(context: dg.AssetCheckExecutionContext, app_db: AppDatab
     description="The newest crawl's blob exists and every line of it is a JSON record.",
 )
 def crawl_blob_readable(context: dg.AssetCheckExecutionContext, blob_store: BlobStoreResource) -> dg.AssetCheckResult:
-    return blob_readable(context.partition_key, _latest_crawl(context.instance, context.partition_key), blob_store)
+    result, _ = blob_readable(context.partition_key, _latest_crawl(context.instance, context.partition_key), blob_store)
+    return result
 
 
 @dg.asset_check(

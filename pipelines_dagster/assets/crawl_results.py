@@ -2,21 +2,23 @@
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import dagster as dg
 
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
-from pipelines_dagster.assets.partition import partition_pipeline, refused
+from pipelines_dagster.assets.partition import CrawlSource, partition_pipeline_id, refused
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
 from pipelines_dagster.core.ledger.costs import crawl_charge_key
 from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
 from pipelines_dagster.core.run.engine import execute_crawl
 from pipelines_dagster.core.run.leases import NO_LOCK_WAIT, LockWait, OwnerState
-from pipelines_dagster.core.run.plan import RunPlan, RunRefused, load_plan
+from pipelines_dagster.core.run.plan import RunPlan, RunRefused, plan_run
 from pipelines_dagster.core.run.report import CrawlReport
 from pipelines_dagster.core.triggers.payloads import shown_payload, trigger_payload
 from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
@@ -27,7 +29,7 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.runs import CONTRACT_TAGS, missing_run_tags, origin_of
+from pipelines_dagster.runs import CONTRACT_TAGS, CRAWL_RESULTS_ASSET, missing_run_tags, origin_of
 
 
 class CrawlAttemptFailed(Exception):
@@ -125,13 +127,9 @@ def _failed_urls_records(report: CrawlReport) -> dg.TableMetadataValue:
     )
 
 
-def _judged(
-    report: CrawlReport, app_db: AppDatabaseResource, *, pipeline_id: int, start_urls: int | None
-) -> tuple[float, CrawlHealth]:
+def _judged(report: CrawlReport, pipeline: Pipeline, *, start_urls: int | None) -> tuple[float, CrawlHealth]:
     """The crawl's threshold and health, judged once, here: every reader follows what is recorded."""
-    with app_db.sessions() as session:
-        pipeline = session.get(Pipeline, pipeline_id)
-    threshold = success_threshold(pipeline.config if pipeline is not None else {})
+    threshold = success_threshold(pipeline.config)
     return threshold, judge_crawl(
         attempted=report.attempted,
         succeeded=report.succeeded,
@@ -141,6 +139,39 @@ def _judged(
         start_urls=start_urls,
         start_urls_failed=report.start_urls_failed,
     )
+
+
+@dataclass(frozen=True)
+class Crawled:
+    """A crawl the step stored: the metadata of its materialization, and what the steps after it
+    read (the pipeline row the crawl loaded, the crawl as stored), so they ask neither the app
+    database for the pipeline nor the event log for the crawl again."""
+
+    metadata: dict[str, Any]
+    pipeline: Pipeline
+    source: CrawlSource
+
+
+def _tag_the_run(instance: dg.DagsterInstance, run: dg.DagsterRun, pipeline: Pipeline) -> None:
+    """Give a run launched from the Dagster UI the run contract's tags, which history and triggers read."""
+    missing = missing_run_tags(run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id)
+    if missing:
+        instance.add_run_tags(run.run_id, missing)
+
+
+def _load(
+    app_db: AppDatabaseResource, pipeline_id: int, *, tag: Callable[[Pipeline], None] | None
+) -> tuple[Pipeline, RunPlan]:
+    """The pipeline's row and its run plan (the guards, which refuse a missing pipeline), from one
+    read of the row; `tag` sees the row before the guards, so a refused run is tagged too."""
+    with app_db.sessions() as session:
+        pipeline = session.get(Pipeline, pipeline_id)
+        if pipeline is not None and tag is not None:
+            tag(pipeline)
+        # The plan's own lookup of the row finds it in the session: no second read.
+        plan = plan_run(session, pipeline_id)
+    assert pipeline is not None
+    return pipeline, plan
 
 
 def crawl_partition(
@@ -158,19 +189,26 @@ def crawl_partition(
     attempt: int = 1,
     lock_wait: LockWait = NO_LOCK_WAIT,
     resumable: bool = False,
-) -> dict[str, Any]:
-    """Crawl one pipeline's partition within `run`; the metadata of its materialization.
+    tag_run: bool = False,
+) -> Crawled:
+    """Crawl one pipeline's partition within `run`: the metadata of its materialization, and what
+    the steps after it read.
 
     Raises a Failure that is not retried when a guard refuses the crawl, and CrawlAttemptFailed,
     with the pipeline's retry policy, when anything else stops it. `trigger_tags` say what fired
     it (a webhook delivery or an event id), so its payload is shown with the crawl. `lock_wait`:
     how long the crawl waits for a lock another run in progress holds. `resumable`: the crawl keeps
     a checkpoint, and goes on from the one the runs it retries left (`pipeline_run`'s crawls).
+    `tag_run`: a run of this one pipeline that lacks the run contract's tags (a launch from the
+    Dagster UI) is given them.
     """
     started_at = time.time()
     attempt_of = (run.run_id, partition_key)
+    pipeline_id = partition_pipeline_id(partition_key)
+    # Our own launchers set every contract tag: no tagging on their runs.
+    untagged = tag_run and not all(tag in run.tags for tag in CONTRACT_TAGS)
     try:
-        plan = load_plan(app_db.engine, int(partition_key))
+        pipeline, plan = _load(app_db, pipeline_id, tag=partial(_tag_the_run, instance, run) if untagged else None)
     except RunRefused as exc:
         raise refused(str(exc)) from None
     except Exception as exc:
@@ -200,7 +238,7 @@ def crawl_partition(
             warn=lambda message: log.warning(f"pipeline {plan.pipeline_id}: {message}"),
         )
         start_urls = len(report.start_urls) if plan.site is not None else None
-        threshold, health = _judged(report, app_db, pipeline_id=plan.pipeline_id, start_urls=start_urls)
+        threshold, health = _judged(report, pipeline, start_urls=start_urls)
         if not health.healthy:
             log.warning(
                 f"pipeline {plan.pipeline_id}: the crawl is unhealthy ({health.why}): no page is recorded as "
@@ -260,20 +298,15 @@ def crawl_partition(
         raise refused(str(exc)) from None
     except Exception as exc:
         raise CrawlAttemptFailed(plan.retry) from exc
-    return metadata
-
-
-def _tag_the_run(context: dg.AssetExecutionContext, app_db: AppDatabaseResource) -> None:
-    """Give a run launched from the Dagster UI the run contract's tags, which history and triggers read."""
-    if all(tag in context.run.tags for tag in CONTRACT_TAGS):
-        return  # our own launchers set them all: no lookup on their runs
-    pipeline = partition_pipeline(app_db, context.partition_key)
-    missing = missing_run_tags(context.run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id)
-    if missing:
-        context.instance.add_run_tags(context.run.run_id, missing)
+    return Crawled(
+        metadata=metadata,
+        pipeline=pipeline,
+        source=CrawlSource(run_id=run.run_id, blob_key=report.blob_key, metadata=crawl),
+    )
 
 
 @dg.asset(
+    name=CRAWL_RESULTS_ASSET,
     partitions_def=pipelines_partitions,
     # Retries follow each pipeline's own policy (RetryRequested below), not one fixed for the asset.
     kinds={"python"},
@@ -289,8 +322,7 @@ def crawl_results(
     notifications: NotificationsResource,
 ) -> Iterator[dg.MaterializeResult[Any] | Event]:
     try:
-        _tag_the_run(context, app_db)
-        crawl = crawl_partition(
+        crawled = crawl_partition(
             context.instance,
             context.run,
             context.partition_key,
@@ -303,6 +335,7 @@ def crawl_results(
             log=context.log,
             attempt=context.retry_number + 1,
             resumable=True,
+            tag_run=True,
             lock_wait=LockWait(
                 seconds=LOCK_WAIT_SECONDS,
                 waiting=lambda owner: context.log.info(
@@ -329,17 +362,16 @@ def crawl_results(
             f"in {wait:g} s ({policy.backoff.value} backoff)"
         )
         raise dg.RetryRequested(max_retries=policy.max_retries, seconds_to_wait=wait) from cause
-    yield dg.MaterializeResult(metadata=crawl)
+    yield dg.MaterializeResult(metadata=crawled.metadata)
     # What the run does not execute as steps of its own follows here, from the blob just stored.
     steps = PartitionSteps(
-        context.instance,
         context.partition_key,
         app_db=app_db,
         blob_store=blob_store,
         notifications=notifications,
         log=context.log,
     )
-    yield from steps.after_crawl(crawl, executed=run_steps(context))
+    yield from steps.after_crawl(crawled.pipeline, crawled.source, executed=run_steps(context))
     if steps.unhealthy is not None:
         raise dg.Failure(description=steps.unhealthy, allow_retries=False)
     if steps.errors:

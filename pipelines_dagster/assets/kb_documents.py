@@ -14,31 +14,35 @@ from typing import Any
 import dagster as dg
 
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl_with_metadata
+from pipelines_dagster.assets.partition import CrawlSource, newest_crawl, partition_pipeline
 from pipelines_dagster.core.crawl.record import read_crawl
 from pipelines_dagster.core.kb.archive import archive_missing
 from pipelines_dagster.core.kb.index import Destination, IndexStats, index_crawl
-from pipelines_dagster.crawl_metadata import CRAWL_RESULTS, StoredCrawl
+from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
+from pipelines_dagster.runs import KB_DOCUMENTS_ASSET
+
+
+def saves_to_kb(pipeline: Pipeline, log: dg.DagsterLogManager) -> bool:
+    """Whether the pipeline's crawls become documents; one that keeps the raw crawl only says so in the log."""
+    if not pipeline.save_to_kb:
+        log.info(f"pipeline {pipeline.id} keeps the raw crawl only; no documents to write")
+    return pipeline.save_to_kb
 
 
 def index_partition(
-    instance: dg.DagsterInstance,
-    partition_key: str,
+    pipeline: Pipeline,
+    crawl: CrawlSource,
     *,
     app_db: AppDatabaseResource,
     blob_store: BlobStoreResource,
     log: dg.DagsterLogManager,
-) -> dict[str, Any] | None:
-    """Upsert the partition's latest stored crawl into its KB folder; the metadata of that
-    materialization, or None for a pipeline that keeps the raw crawl only."""
-    pipeline = partition_pipeline(app_db, partition_key)
-    if not pipeline.save_to_kb:
-        log.info(f"pipeline {pipeline.id} keeps the raw crawl only; no documents to write")
-        return None
-    blob_key, crawl = stored_crawl_with_metadata(instance, partition_key)
+    urls: list[str] | None = None,
+) -> dict[str, Any]:
+    """Upsert the stored crawl into the pipeline's KB folder; the metadata of that materialization.
+    `urls`: the crawl's URLs as its blob check read them, when it did."""
     store = blob_store.store()
     destination = Destination(
         workspace_id=pipeline.workspace_id,
@@ -46,7 +50,7 @@ def index_partition(
         connector_id=pipeline.connector_id,
         folder_id=pipeline.destination_folder_id,
     )
-    stats = index_crawl(app_db.sessions, destination, lambda: read_crawl(store, blob_key))
+    stats = index_crawl(app_db.sessions, destination, lambda: read_crawl(store, crawl.blob_key), urls=urls)
     archived = archive_left_pages(app_db, destination, pipeline, crawl, stats, log=log)
     return {
         "documents_created": stats.created,
@@ -56,7 +60,7 @@ def index_partition(
         "documents_archived": archived,
         "documents_restored": stats.restored,
         "folder_id": pipeline.destination_folder_id if pipeline.destination_folder_id is not None else "root",
-        "source_blob_key": blob_key,
+        "source_blob_key": crawl.blob_key,
         "source_crawl_run_id": crawl.run_id,
     }
 
@@ -65,7 +69,7 @@ def archive_left_pages(
     app_db: AppDatabaseResource,
     destination: Destination,
     pipeline: Pipeline,
-    crawl: StoredCrawl,
+    crawl: CrawlSource,
     stats: IndexStats,
     *,
     log: dg.DagsterLogManager,
@@ -91,6 +95,7 @@ def archive_left_pages(
 
 
 @dg.asset(
+    name=KB_DOCUMENTS_ASSET,
     partitions_def=pipelines_partitions,
     deps=[CRAWL_RESULTS],
     # Not materialized for a pipeline that does not save to the KB.
@@ -101,8 +106,9 @@ def archive_left_pages(
 def kb_documents(
     context: dg.AssetExecutionContext, app_db: AppDatabaseResource, blob_store: BlobStoreResource
 ) -> Iterator[dg.MaterializeResult[Any]]:
-    metadata = index_partition(
-        context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, log=context.log
-    )
-    if metadata is not None:
-        yield dg.MaterializeResult(metadata=metadata)
+    pipeline = partition_pipeline(app_db, context.partition_key)
+    if saves_to_kb(pipeline, context.log):
+        crawl = newest_crawl(context.instance, context.partition_key)
+        yield dg.MaterializeResult(
+            metadata=index_partition(pipeline, crawl, app_db=app_db, blob_store=blob_store, log=context.log)
+        )

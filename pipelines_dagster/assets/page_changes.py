@@ -9,7 +9,8 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines_dagster.assets.partition import partition_pipeline, stored_crawl_with_metadata
+from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.assets.partition import CrawlSource, newest_crawl, partition_pipeline
 from pipelines_dagster.core.crawl.record import read_crawl
 from pipelines_dagster.core.kb.changes import ChangeCounts, record_changes
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
@@ -17,6 +18,7 @@ from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.notifications import NotificationsResource
+from pipelines_dagster.runs import PAGE_CHANGES_ASSET
 
 # The UI renders metadata inline; a crawl of thousands of pages lists its first changes only.
 MAX_LISTED_CHANGES = 50
@@ -31,28 +33,25 @@ def _changes_table(counts: ChangeCounts) -> str:
 
 
 def changes_partition(
-    instance: dg.DagsterInstance,
-    partition_key: str,
+    pipeline: Pipeline,
+    crawl: CrawlSource,
     *,
     app_db: AppDatabaseResource,
     blob_store: BlobStoreResource,
     notifications: NotificationsResource,
 ) -> dict[str, Any]:
-    """Record the page changes of the partition's latest stored crawl, and queue their pages.changed
+    """Record the page changes of the pipeline's stored crawl, and queue their pages.changed
     notifications with them; the metadata of that materialization."""
-    pipeline = partition_pipeline(app_db, partition_key)
-    blob_key, crawl = stored_crawl_with_metadata(instance, partition_key)
-    crawl_run_id = crawl.run_id
     health = crawl.metadata.health(pipeline.config)
     counts = record_changes(
         app_db.sessions,
         workspace_id=pipeline.workspace_id,
         pipeline_id=pipeline.id,
-        run_id=crawl_run_id,
-        records=read_crawl(blob_store.store(), blob_key),
+        run_id=crawl.run_id,
+        records=read_crawl(blob_store.store(), crawl.blob_key),
         health=health,
         on_recorded=notifications.pages_changed(
-            workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, run_id=crawl_run_id
+            workspace_id=pipeline.workspace_id, pipeline_id=pipeline.id, run_id=crawl.run_id
         ),
     )
     return {
@@ -64,19 +63,26 @@ def changes_partition(
         "pages_already_recorded": counts.already_recorded,
         "changes": dg.MetadataValue.md(_changes_table(counts)),
         "crawl_health": health.why,
-        "source_blob_key": blob_key,
-        "source_crawl_run_id": crawl_run_id,
+        "source_blob_key": crawl.blob_key,
+        "source_crawl_run_id": crawl.run_id,
     }
 
 
-@dg.asset(partitions_def=pipelines_partitions, deps=[CRAWL_RESULTS], kinds={"python"}, description=__doc__)
+@dg.asset(
+    name=PAGE_CHANGES_ASSET,
+    partitions_def=pipelines_partitions,
+    deps=[CRAWL_RESULTS],
+    kinds={"python"},
+    description=__doc__,
+)
 def page_changes(
     context: dg.AssetExecutionContext,
     app_db: AppDatabaseResource,
     blob_store: BlobStoreResource,
     notifications: NotificationsResource,
 ) -> dg.MaterializeResult[Any]:
-    metadata = changes_partition(
-        context.instance, context.partition_key, app_db=app_db, blob_store=blob_store, notifications=notifications
+    pipeline = partition_pipeline(app_db, context.partition_key)
+    crawl = newest_crawl(context.instance, context.partition_key)
+    return dg.MaterializeResult(
+        metadata=changes_partition(pipeline, crawl, app_db=app_db, blob_store=blob_store, notifications=notifications)
     )
-    return dg.MaterializeResult(metadata=metadata)

@@ -10,10 +10,10 @@ from typing import Any, cast
 
 import dagster as dg
 
-from pipelines_dagster.batch import OP_NAME, batch_run_request, pipeline_batch, split_evenly
+from pipelines_dagster.batch import batch_run_request, pipeline_batch, split_evenly
 from pipelines_dagster.core.triggers.scheduler import ScheduledFire, take_due
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.runs import MEMBER, member_pipeline_tag
+from pipelines_dagster.runs import MEMBER, PIPELINE_BATCH_JOB, PIPELINE_BATCH_OP, member_pipeline_tag
 from pipelines_dagster.sensors.common import pipeline_run_request, runs_requested, trigger_sensor
 from pipelines_dagster.settings import Settings
 
@@ -28,7 +28,7 @@ def batched(fires: Sequence[ScheduledFire], *, run_batch_size: int) -> list[dg.R
 def batch_fires(run: dg.DagsterRun) -> set[tuple[int, str]]:
     """The (pipeline, scheduled_for) of each fire a `pipeline_batch` run's config lists."""
     ops = cast("Mapping[str, Any]", run.run_config.get("ops") or {})
-    members = ops.get(OP_NAME, {}).get("config", {}).get("pipelines", [])
+    members = ops.get(PIPELINE_BATCH_OP, {}).get("config", {}).get("pipelines", [])
     return {(member["pipeline_id"], member["scheduled_for"]) for member in members if member.get("scheduled_for")}
 
 
@@ -45,7 +45,7 @@ def scheduled_runs(instance: dg.DagsterInstance, fires: Sequence[ScheduledFire])
         if member not in batched:
             for run in instance.get_runs(
                 dg.RunsFilter(
-                    job_name=pipeline_batch.name,
+                    job_name=PIPELINE_BATCH_JOB,
                     tags={member_pipeline_tag(fire.pipeline_id): MEMBER},
                     created_after=fire.scheduled_for,
                 )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dagster as dg
 from dagster._utils.tags import is_valid_tag_key
 
-from pipelines_dagster.batch import OP_NAME, BatchPipeline, PipelineBatchConfig, pipeline_batch, split_evenly
+from pipelines_dagster.batch import BatchPipeline, PipelineBatchConfig, pipeline_batch, split_evenly
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.storage.locks import pipeline_lock_name
-from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag
+from pipelines_dagster.runs import PIPELINE_BATCH_OP, batch_pipeline_ids, batch_tags, member_workspace_tag
 from tests.assets.conftest import Stack, fail_once_after_the_charge, set_pipeline
 
 
@@ -20,7 +20,7 @@ def run_batch(stack: Stack, members: list[tuple[int, int]]) -> dg.ExecuteInProce
         ]
     )
     return pipeline_batch.execute_in_process(
-        run_config=dg.RunConfig(ops={OP_NAME: config}),
+        run_config=dg.RunConfig(ops={PIPELINE_BATCH_OP: config}),
         instance=stack.instance,
         resources=stack.resources(),
         tags=batch_tags(((pipeline_id, workspace_id) for workspace_id, pipeline_id in members), trigger="scheduled"),

@@ -11,11 +11,12 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import PageChange
-from pipelines_dagster.assets.after_crawl import ERROR, steps_executed
+from pipelines_dagster.assets.after_crawl import steps_executed
 from pipelines_dagster.assets.checks import asset_checks
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
+from pipelines_dagster.runs import ERROR_METADATA
 from tests.assets.conftest import Stack, failure_message, materialization
 
 ASSETS = [crawl_results, kb_documents, page_changes]
@@ -137,4 +138,4 @@ def test_indexing_that_fails_after_the_crawl_fails_the_run_without_crawling_agai
         for event in result.all_events
         if event.event_type_value == "ASSET_OBSERVATION"
     ]
-    assert observation.asset_key == kb_documents.key and "locked" in observation.metadata[ERROR].value
+    assert observation.asset_key == kb_documents.key and "locked" in observation.metadata[ERROR_METADATA].value

@@ -15,6 +15,7 @@ from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.storage.locks import connector_lock_name, pipeline_lock_name
+from pipelines_dagster.partitions import PARTITIONS_NAME
 from tests.assets.conftest import (
     Stack,
     code_location_job,
@@ -155,6 +156,20 @@ def test_no_urls_is_refused(embedded: Stack):
         connector = session.get(Connector, session.get(Pipeline, pipeline_id).connector_id)
         connector.config = {"INITIAL_URLS": []}
     assert_refused(embedded, workspace_id, pipeline_id, "no URLs to crawl")
+
+
+def test_a_partition_added_by_hand_is_refused_by_name_and_not_retried(embedded: Stack):
+    embedded.instance.add_dynamic_partitions(PARTITIONS_NAME, ["docs-site"])
+    result = dg.materialize(
+        [crawl_results_module.crawl_results],
+        partition_key="docs-site",
+        instance=embedded.instance,
+        resources=embedded.resources(),
+        raise_on_error=False,
+    )
+    assert not result.success
+    assert "partition 'docs-site' is not a pipeline" in failure_message(result)
+    assert not [event for event in result.all_events if event.event_type_value == "STEP_UP_FOR_RETRY"]
 
 
 def test_a_second_run_while_one_holds_the_lock_fails_already_in_progress(stack: Stack):

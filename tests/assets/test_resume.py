@@ -4,11 +4,12 @@ fetches only the rest: the stored crawl and its charge are what one uninterrupte
 from __future__ import annotations
 
 import pytest
+from sqlalchemy.orm import Session
 
 from pipelines_dagster.core.crawl.record import CrawlRecord, read_crawl
 from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
 from pipelines_dagster.core.run.engine import execute_crawl
-from pipelines_dagster.core.run.plan import load_plan
+from pipelines_dagster.core.run.plan import plan_run
 from pipelines_dagster.core.run.report import CrawlProgress, CrawlReport
 from tests.assets.conftest import Stack
 from tests.assets.test_site_crawl import build_site, elsewhere, site_config  # noqa: F401 (a fixture)
@@ -19,7 +20,8 @@ class Stopped(Exception):
 
 
 def crawl(stack: Stack, pipeline_id: int, run_id: str, *, root: str, stop_after: int | None = None) -> CrawlReport:
-    plan = load_plan(stack.engine, pipeline_id)
+    with Session(stack.engine) as session:
+        plan = plan_run(session, pipeline_id)
     prefix = checkpoint_prefix(workspace_id=plan.workspace_id, pipeline_id=pipeline_id, root_run_id=root)
 
     def progress(done: CrawlProgress) -> None:
@@ -43,7 +45,8 @@ def crawl(stack: Stack, pipeline_id: int, run_id: str, *, root: str, stop_after:
 
 
 def stored(stack: Stack, pipeline_id: int, root: str) -> set[str]:
-    plan = load_plan(stack.engine, pipeline_id)
+    with Session(stack.engine) as session:
+        plan = plan_run(session, pipeline_id)
     prefix = checkpoint_prefix(workspace_id=plan.workspace_id, pipeline_id=pipeline_id, root_run_id=root)
     return {record.url for record in Checkpoint(stack.blob, prefix, "reader").records()}
 

@@ -117,6 +117,21 @@ def test_phase_one_leaves_pending_rows_when_content_never_arrives(sessions):
     assert {d.status_state for d in documents(sessions, destination.workspace_id).values()} == {"ready"}
 
 
+def test_given_the_crawls_urls_the_index_reads_its_records_once_for_content(sessions):
+    destination = setup(sessions)
+    records = [page(f"https://e.com/{n}", f"# {n}") for n in range(5)]
+    reads = []
+
+    def read():
+        reads.append(1)
+        return iter(records)
+
+    stats = index_crawl(sessions, destination, read, urls=[record.url for record in records], batch_size=2)
+    assert len(reads) == 1
+    assert (stats.created, stats.updated) == (5, 0)
+    assert {d.status_state for d in documents(sessions, destination.workspace_id).values()} == {"ready"}
+
+
 def test_two_pipelines_over_one_url_keep_a_document_each_in_their_folders(sessions):
     first = setup(sessions)
     with transaction(sessions) as session:

@@ -12,7 +12,6 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobO
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
-from pipelines_dagster.batch import OP_NAME
 from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
@@ -22,7 +21,7 @@ from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
-from pipelines_dagster.runs import batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
+from pipelines_dagster.runs import PIPELINE_BATCH_OP, batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
 from pipelines_dagster.sensors.common import busy_pipelines
 from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
@@ -154,7 +153,7 @@ def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, a
     batches = [r for r in result.run_requests if r.job_name == "pipeline_batch"]
     assert batches and all(len(requested_pipelines(r)) <= 2 for r in result.run_requests)
     for request in batches:
-        config = request.run_config["ops"][OP_NAME]["config"]["pipelines"]
+        config = request.run_config["ops"][PIPELINE_BATCH_OP]["config"]["pipelines"]
         assert (
             [member["pipeline_id"] for member in config]
             == requested_pipelines(request)

@@ -75,10 +75,13 @@ def index_crawl(
     destination: Destination,
     records: Callable[[], Iterable[CrawlRecord]],
     *,
+    urls: Iterable[str] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> IndexStats:
-    """Index crawl records (one per URL, as stored in the crawl blob); `records` is read twice."""
-    _create_pending(sessions, destination, records(), batch_size)
+    """Index crawl records (one per URL, as stored in the crawl blob). `records` is read twice, for
+    the pending rows and then for content, or only for content when `urls` are the crawl's URLs in
+    its order already (read while checking its blob)."""
+    _create_pending(sessions, destination, (record.url for record in records()) if urls is None else urls, batch_size)
     stats = IndexStats()
     for batch in chunks(records(), batch_size):
         with sessions() as session, session.begin():
@@ -100,12 +103,12 @@ def index_crawl(
 def _create_pending(
     sessions: sessionmaker[Session],
     destination: Destination,
-    records: Iterable[CrawlRecord],
+    urls: Iterable[str],
     batch_size: int,
 ) -> None:
     """Insert pending rows for URLs the pipeline has no document for."""
-    for batch in chunks(records, batch_size):
-        identities = {_identity(record.url, destination): record.url for record in batch}
+    for batch in chunks(urls, batch_size):
+        identities = {_identity(url, destination): url for url in batch}
         with sessions() as session, session.begin():
             # On a re-crawl every document exists already: look before inserting anything.
             existing = set(

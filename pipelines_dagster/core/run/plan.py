@@ -112,8 +112,3 @@ def _site_config(connector: Connector) -> SiteConfig | None:
         return SiteConfig.read(connector.config.get(SITE_KEY) or {})
     except InvalidInputError as exc:
         raise RunRefused(f"connector {connector.id} has an invalid site-crawl config: {exc}") from None
-
-
-def load_plan(engine: sa.Engine, pipeline_id: int) -> RunPlan:
-    with Session(engine) as session:
-        return plan_run(session, pipeline_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,11 @@ Observation = Literal["seen", "gone", "skipped"]
 MAX_DIFF_BYTES = 64 * 1024
 TRUNCATED_NOTE = "\n... diff truncated at {limit} bytes of {total}\n"
 MAX_LIMIT = 100
+
+
+def url_hash(url: str) -> str:
+    """The key of a page's timeline state: its URL's sha256, of a fixed length however long the URL."""
+    return hashlib.sha256(url.encode()).hexdigest()
 
 
 def normalize(markdown: str) -> str:
@@ -102,7 +108,7 @@ def record_changes(
         for batch in chunks(records, BATCH_SIZE):
             fresh: dict[str, CrawlRecord] = {}
             for record in batch:  # a URL the crawl holds twice counts once, as first seen
-                key = content_hash(record.url)
+                key = url_hash(record.url)
                 if key not in seen:
                     seen.add(key)
                     fresh[key] = record

@@ -61,7 +61,7 @@ class CrawlMetadata:
     min_success_ratio: float | None = None
     """The pipeline's threshold the crawl was judged at."""
     crawl_healthy: bool | None = None
-    """The verdict (`core.crawl_health`): an unhealthy crawl removes and archives nothing and fails its run."""
+    """The verdict (`core.crawl.health`): an unhealthy crawl removes and archives nothing and fails its run."""
     crawl_complete: bool | None = None
     """Discovery did not stop at max pages: pages the crawl did not reach are removed and archived."""
     crawl_health: str | None = None

@@ -5,7 +5,7 @@ does not execute as steps of their own (crawl_results alone from its asset page,
 a re-execution of its step), so the KB and the timeline follow every crawl, from the stored blob,
 without a second crawl or charge. Each is logged as an event of its own asset, for the partition.
 
-An unhealthy crawl (`core.crawl_health`) gets its checks and nothing else, and fails, as in
+An unhealthy crawl (`core.crawl.health`) gets its checks and nothing else, and fails, as in
 `pipeline_run`, where the blocking success-ratio check keeps kb_documents and page_changes from it.
 """
 

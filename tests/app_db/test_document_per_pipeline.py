@@ -12,7 +12,7 @@ from alembic import command
 from pipelines_dagster.app_db.engine import session_factory
 from pipelines_dagster.app_db.migrate import alembic_config, current_revision, upgrade
 from pipelines_dagster.core.kb.index import Destination, document_identity, index_crawl
-from tests.core.test_kb_index import page
+from tests.core.kb.test_index import page
 
 URL = "https://example.com/shared"
 

@@ -1,7 +1,7 @@
 """A blob write, in a process of its own, that stops after its first part: the test SIGKILLs it there,
 as a run killed mid-crawl dies.
 
-python -m tests.core.killed_write KEY local ROOT | KEY s3 ENDPOINT BUCKET PREFIX; prints "writing" once the
+python -m tests.core.storage.killed_write KEY local ROOT | KEY s3 ENDPOINT BUCKET PREFIX; prints "writing" once the
 temp file (local) or the multipart upload holding that part (S3) exists.
 """
 

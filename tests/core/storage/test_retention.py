@@ -39,7 +39,7 @@ from tests.assets.conftest import embedded, materialization, web  # noqa: F401  
 from tests.support.processes import kill_when_it_says
 
 NOW = datetime.now(UTC)
-REPO_DIR = Path(__file__).resolve().parents[2]
+REPO_DIR = Path(__file__).resolve().parents[3]
 # moto stamps every multipart upload as initiated at this instant, whenever it began.
 MOTO_INITIATED = datetime(2010, 11, 10, 20, 48, 33, tzinfo=UTC)
 
@@ -134,7 +134,7 @@ def test_a_write_killed_mid_object_is_removed_by_retention_once_no_live_run_can_
         store = S3BlobStore(bucket, "retention", endpoint_url=endpoint)
         begun = MOTO_INITIATED
     key = run_result_key(workspace_id=1, pipeline_id=10, run_id="killed")
-    command = [sys.executable, "-m", "tests.core.killed_write", key, *where]
+    command = [sys.executable, "-m", "tests.core.storage.killed_write", key, *where]
     kill_when_it_says(command, b"writing\n", env=dict(os.environ), cwd=REPO_DIR, log=tmp_path / "write.log")
     assert unfinished_writes(store) == [S3_MIN_PART_SIZE] and not store.exists(key)
     sessions = session_factory(sqlite_engine)

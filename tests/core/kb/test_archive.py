@@ -9,7 +9,7 @@ from pipelines_dagster.core.crawl.health import CrawlHealth
 from pipelines_dagster.core.crawl.record import CrawlRecord
 from pipelines_dagster.core.kb.archive import archive_missing
 from pipelines_dagster.core.kb.index import Destination, index_crawl
-from tests.core.test_kb_index import documents, page, setup
+from tests.core.kb.test_index import documents, page, setup
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 A, B, C = "https://e.com/a", "https://e.com/b", "https://e.com/c"

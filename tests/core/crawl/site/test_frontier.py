@@ -13,7 +13,7 @@ import pytest
 
 from pipelines_dagster.core.crawl.site.frontier import Frontier
 
-REPO_DIR = Path(__file__).resolve().parents[2]
+REPO_DIR = Path(__file__).resolve().parents[4]
 
 
 def test_a_url_is_admitted_once():

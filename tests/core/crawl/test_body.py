@@ -14,7 +14,7 @@ import pytest
 from pipelines_dagster.core.crawl.body import PIECE_BYTES, BodyDecoder, DecodingError
 from pipelines_dagster.core.crawl.crawler import Crawler
 from pipelines_dagster.core.crawl.types import PreviousFetch
-from tests.core.test_crawler import ARTICLE, BASE, by_path
+from tests.core.crawl.test_crawler import ARTICLE, BASE, by_path
 from tests.support.web import Reply, WebServer, html_document
 
 pytestmark = pytest.mark.usefixtures("loopback_only")

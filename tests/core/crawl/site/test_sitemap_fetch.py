@@ -15,7 +15,7 @@ from pipelines_dagster.core.crawl.site.config import SiteConfig
 from pipelines_dagster.core.crawl.site.frontier import Frontier
 from pipelines_dagster.core.crawl.site.source import MAX_SITEMAP_BYTES, SiteSource
 from pipelines_dagster.core.crawl.types import MiB
-from tests.core.test_crawler import ARTICLE, BASE
+from tests.core.crawl.test_crawler import ARTICLE, BASE
 from tests.support.web import Reply, WebServer, page
 
 pytestmark = pytest.mark.usefixtures("loopback_only")

@@ -11,7 +11,7 @@ import pytest
 
 from pipelines_dagster.core.crawl.crawler import Crawler
 from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES
-from tests.core.test_crawler import ARTICLE, BASE, by_path
+from tests.core.crawl.test_crawler import ARTICLE, BASE, by_path
 from tests.support.web import Reply, WebServer, page, redirect
 
 pytestmark = pytest.mark.usefixtures("loopback_only")

@@ -14,8 +14,8 @@ from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.fires import GRACE
 from pipelines_dagster.core.triggers.queue import take_deliveries, take_events
 from pipelines_dagster.core.triggers.scheduler import take_due
-from tests.core.test_scheduler import pipelines_with_triggers
-from tests.core.test_trigger_queue import deliveries, new_pipeline, new_workspace
+from tests.core.triggers.test_queue import deliveries, new_pipeline, new_workspace
+from tests.core.triggers.test_scheduler import pipelines_with_triggers
 from tests.support.runs import KnownRuns
 
 T = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)

@@ -10,8 +10,8 @@ from pipelines_dagster.core.catalog.triggers import create_event_trigger
 from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.fires import GRACE, Budget
 from pipelines_dagster.core.triggers.queue import take_deliveries, take_events
-from tests.core.test_lost_fires import alone_waiting, keys
-from tests.core.test_trigger_queue import deliveries, new_pipeline, new_workspace, requested_at
+from tests.core.triggers.test_lost_fires import alone_waiting, keys
+from tests.core.triggers.test_queue import deliveries, new_pipeline, new_workspace, requested_at
 from tests.support.runs import KnownRuns
 
 T = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)

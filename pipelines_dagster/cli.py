@@ -74,9 +74,9 @@ from pipelines_dagster.settings import Settings, SettingsError, load_settings
 # commands that need them: `pipeline run` and the catalog commands start without loading either.
 # --json prints the API's own models, so the field names are the API's.
 if TYPE_CHECKING:
-    from pipelines_dagster.api import notifications as api_notifications
-    from pipelines_dagster.api import schemas
-    from pipelines_dagster.api.triggers import TriggerOut
+    from pipelines_dagster.api.schemas import notifications as api_notifications
+    from pipelines_dagster.api.schemas import pipelines as schemas
+    from pipelines_dagster.api.schemas.triggers import TriggerOut
     from pipelines_dagster.notifications.destination import DestinationGuard
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -511,7 +511,7 @@ def pipeline_create(
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
     from pipelines_dagster import services
-    from pipelines_dagster.api import schemas
+    from pipelines_dagster.api.schemas import pipelines as schemas
 
     retry = retry_of(retry_backoff, retry_max, retry_delay)
     settings = load_settings()
@@ -574,7 +574,7 @@ def describe(shown: schemas.PipelineOut) -> str:
 
 
 def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
-    from pipelines_dagster.api import schemas
+    from pipelines_dagster.api.schemas import pipelines as schemas
 
     session.flush()
     session.refresh(pipeline)
@@ -656,7 +656,7 @@ def pipeline_update(
 @user_errors
 def pipeline_list(workspace_id: int, as_json: bool) -> None:
     """The workspace's pipelines, connectors' own periodic indexing included."""
-    from pipelines_dagster.api import schemas
+    from pipelines_dagster.api.schemas import pipelines as schemas
 
     with open_sessions(load_settings())() as session:
         get_workspace(session, workspace_id)
@@ -750,7 +750,7 @@ def credits_grant(workspace_id: int, micros: int, as_json: bool) -> None:
 @user_errors
 def credits_show(workspace_id: int, as_json: bool) -> None:
     """A workspace's balance, what crawls under way hold of it, and what is available to new runs."""
-    from pipelines_dagster.api.credits import CreditsOut
+    from pipelines_dagster.api.schemas.credits import CreditsOut
 
     billing = _billing()
     shown = CreditsOut.of(billing.summary(workspace_id), billing_enabled=billing.enabled)
@@ -882,7 +882,7 @@ def costs(
     workspace_id: int, pipeline_id: int | None, since: datetime | None, until: datetime | None, as_json: bool
 ) -> None:
     """What the workspace's crawls were charged, from the ledger: the total and one line per pipeline."""
-    from pipelines_dagster.api.costs import CostTotalsOut
+    from pipelines_dagster.api.schemas.costs import CostTotalsOut
     from pipelines_dagster.core.ledger.costs import cost_totals
 
     with open_sessions(load_settings())() as session:
@@ -905,7 +905,7 @@ def costs(
 @user_errors
 def api(host: str, port: int) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) with uvicorn."""
-    from pipelines_dagster.api import create_app
+    from pipelines_dagster.api.app import create_app
     from pipelines_dagster.edge.server import serve
 
     settings = load_settings()
@@ -991,12 +991,12 @@ def trigger_create(
 @user_errors
 def trigger_list(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
     """A pipeline's triggers: its schedule, webhooks and event subscriptions, on or off."""
-    from pipelines_dagster.api.triggers import TriggerList, trigger_out
+    from pipelines_dagster.api.schemas.triggers import TriggerList, TriggerOut
 
     with open_sessions(load_settings())() as session:
         shown = TriggerList(
             triggers=[
-                trigger_out(row)
+                TriggerOut.of(row)
                 for row in pipeline_triggers(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
             ]
         )
@@ -1013,10 +1013,10 @@ def trigger_line(shown: TriggerOut) -> str:
 
 
 def _switch_trigger(workspace_id: int, pipeline_id: int, trigger_id: int, enabled: bool, as_json: bool) -> None:
-    from pipelines_dagster.api.triggers import trigger_out
+    from pipelines_dagster.api.schemas.triggers import TriggerOut
 
     with transaction(open_sessions(load_settings())) as session:
-        shown = trigger_out(
+        shown = TriggerOut.of(
             set_trigger_enabled(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id, enabled=enabled
             )
@@ -1162,7 +1162,7 @@ def describe_delivery(shown: api_notifications.NotificationDeliveryOut) -> str:
 
 
 def show_endpoint(endpoint: NotificationEndpoint, as_json: bool) -> None:
-    from pipelines_dagster.api.notifications import EndpointOut
+    from pipelines_dagster.api.schemas.notifications import EndpointOut
 
     shown = EndpointOut.of(endpoint)
     emit(as_json, shown.model_dump(mode="json"), describe_endpoint(shown))
@@ -1197,7 +1197,7 @@ def notification_create(
     as_json: bool,
 ) -> None:
     """Add a notification endpoint and print the secret its deliveries are signed with (shown once)."""
-    from pipelines_dagster.api.notifications import EndpointOut, NewEndpointOut
+    from pipelines_dagster.api.schemas.notifications import EndpointOut, NewEndpointOut
 
     settings = load_settings()
     with transaction(open_sessions(settings)) as session:
@@ -1227,7 +1227,7 @@ def notification_create(
 @user_errors
 def notification_list(workspace_id: int, as_json: bool) -> None:
     """The workspace's notification endpoints."""
-    from pipelines_dagster.api.notifications import EndpointList, EndpointOut
+    from pipelines_dagster.api.schemas.notifications import EndpointList, EndpointOut
 
     with open_sessions(load_settings())() as session:
         listed = EndpointList(
@@ -1278,7 +1278,7 @@ def notification_delete(workspace_id: int, endpoint_id: int, as_json: bool) -> N
 @user_errors
 def notification_rotate_secret(workspace_id: int, endpoint_id: int, overlap_seconds: int, as_json: bool) -> None:
     """Give a notification endpoint a new signing secret (printed once)."""
-    from pipelines_dagster.api.notifications import EndpointOut, RotatedEndpointOut
+    from pipelines_dagster.api.schemas.notifications import EndpointOut, RotatedEndpointOut
 
     with transaction(open_sessions(load_settings())) as session:
         rotated = notifications.rotate_endpoint_secret(
@@ -1331,7 +1331,7 @@ def notification_disable(workspace_id: int, endpoint_id: int, as_json: bool) -> 
 @user_errors
 def notification_test(workspace_id: int, endpoint_id: int, as_json: bool) -> None:
     """Send the endpoint a notification.test message now, enabled or not; exits non-zero when it is not taken."""
-    from pipelines_dagster.api.notifications import NotificationDeliveryOut
+    from pipelines_dagster.api.schemas.notifications import NotificationDeliveryOut
     from pipelines_dagster.notifications.sender import Sender
 
     settings = load_settings()
@@ -1381,7 +1381,7 @@ def notification_test(workspace_id: int, endpoint_id: int, as_json: bool) -> Non
 @user_errors
 def notification_deliveries(workspace_id: int, endpoint_id: int, status: str | None, limit: int, as_json: bool) -> None:
     """An endpoint's deliveries, newest first: how each went, and its webhook-id."""
-    from pipelines_dagster.api.notifications import NotificationDeliveryOut
+    from pipelines_dagster.api.schemas.notifications import NotificationDeliveryOut
 
     with open_sessions(load_settings())() as session:
         listed = [
@@ -1411,7 +1411,7 @@ def notification_deliveries(workspace_id: int, endpoint_id: int, status: str | N
 @user_errors
 def notification_redrive(workspace_id: int, endpoint_id: int, delivery_ids: tuple[int, ...], as_json: bool) -> None:
     """Send deliveries again under their webhook-ids, from the start of the retry schedule."""
-    from pipelines_dagster.api.notifications import RedriveOut
+    from pipelines_dagster.api.schemas.notifications import RedriveOut
 
     try:
         with transaction(open_sessions(load_settings())) as session:

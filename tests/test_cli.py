@@ -568,7 +568,7 @@ def api_fields(model) -> set[str]:
 
 
 def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspace, connector):
-    from pipelines_dagster.api.schemas import PipelineList, PipelineOut, ScheduleOut
+    from pipelines_dagster.api.schemas.pipelines import PipelineList, PipelineOut, ScheduleOut
 
     ws = str(workspace["id"])
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from pipelines_dagster.api.notifications import (
+from pipelines_dagster.api.schemas.notifications import (
     EndpointOut,
     NewEndpointOut,
     NotificationDeliveryOut,

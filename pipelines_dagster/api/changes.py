@@ -5,29 +5,19 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import AwareDatetime, BaseModel, Field
-from pydantic.json_schema import SkipJsonSchema
+from pydantic import AwareDatetime
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
-from pipelines_dagster.api.schemas import InUtc, IsoText
+from pipelines_dagster.api.schemas.changes import PageChangeOut, PageChangePage
+from pipelines_dagster.api.schemas.common import InUtc, IsoText
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
-from pipelines_dagster.core.kb.changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
+from pipelines_dagster.core.kb.changes import MAX_LIMIT, ChangeStatus, get_change, list_changes
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])
-
-
-class PageChangeOut(PageChangeView):
-    # The route names its pipeline already.
-    pipeline_id: SkipJsonSchema[int] = Field(exclude=True)
-
-
-class PageChangePage(BaseModel):
-    changes: list[PageChangeOut]
-    next_cursor: str | None
 
 
 @router.get("/{pipeline_id}/changes", responses=responses(401, 404, 422, 503))

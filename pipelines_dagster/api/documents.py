@@ -10,7 +10,7 @@ from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
-from pipelines_dagster.api.schemas import DocumentPage
+from pipelines_dagster.api.schemas.documents import DocumentPage
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
 from pipelines_dagster.core.kb.documents import MAX_LIMIT, DocumentListState, list_documents
 

@@ -19,7 +19,7 @@ from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from pipelines_dagster.api.schemas import ErrorResponse, FieldError, ValidationErrorResponse
+from pipelines_dagster.api.schemas.errors import ErrorResponse, FieldError, ValidationErrorResponse
 from pipelines_dagster.core.catalog.pipelines import SystemManagedError
 from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 from pipelines_dagster.core.run.engine import RunRefused

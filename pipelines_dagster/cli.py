@@ -1388,7 +1388,7 @@ def notification_deliveries(workspace_id: int, endpoint_id: int, status: str | N
             NotificationDeliveryOut.of(delivery)
             for delivery in notifications.list_deliveries(
                 session, workspace_id=workspace_id, endpoint_id=endpoint_id, status=status, limit=limit
-            )
+            )[0]
         ]
     emit(
         as_json,

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
+from pipelines_dagster.api.paging import Cursor, keyset_page
 from pipelines_dagster.api.schemas.notifications import (
     EndpointIn,
     EndpointList,
@@ -25,7 +26,7 @@ from pipelines_dagster.api.schemas.notifications import (
     RotatedEndpointOut,
 )
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import DeliveryStatus, NotificationDelivery
+from pipelines_dagster.app_db.models import DeliveryStatus
 from pipelines_dagster.core.validation import MAX_ID
 from pipelines_dagster.notifications import endpoints
 from pipelines_dagster.notifications.endpoints import MAX_LIMIT
@@ -156,29 +157,23 @@ def list_deliveries(
     api: Api,
     status: Annotated[DeliveryStatus | None, Query(description="Only deliveries in this status.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Deliveries per page.")] = 20,
-    cursor: Annotated[
-        str | None, Query(pattern=r"^[0-9]{1,18}$", description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: Cursor = None,
 ) -> NotificationDeliveryPage:
     """The endpoint's deliveries, newest first, without their bodies."""
     with api.sessions() as session:
-
-        def page(size: int, before_id: int | None) -> list[NotificationDelivery]:
-            return endpoints.list_deliveries(
+        rows, next_cursor = keyset_page(
+            lambda before_id: endpoints.list_deliveries(
                 session,
                 workspace_id=workspace_id,
                 endpoint_id=endpoint_id,
                 status=status,
-                limit=size,
+                limit=limit,
                 before_id=before_id,
-            )
-
-        rows = page(limit, int(cursor) if cursor else None)
-        # A full page may be the last one: the next is named only when it holds a delivery.
-        more = len(rows) == limit and bool(page(1, rows[-1].id))
+            ),
+            cursor,
+        )
         return NotificationDeliveryPage(
-            deliveries=[NotificationDeliveryOut.of(delivery) for delivery in rows],
-            next_cursor=str(rows[-1].id) if more else None,
+            deliveries=[NotificationDeliveryOut.of(delivery) for delivery in rows], next_cursor=next_cursor
         )
 
 

@@ -212,7 +212,7 @@ def mcp_command(token: str | None, over_http: bool, host: str, port: int) -> Non
     --http, each request's bearer token decides its workspace.
     """
     # Imported on use: cli.py imports this module to register the command.
-    from pipelines_dagster.cli import open_sessions, user_errors
+    from pipelines_dagster.cli.pipeline import open_sessions, user_errors
     from pipelines_dagster.history import RunHistory
     from pipelines_dagster.instance import dagster_instance
     from pipelines_dagster.settings import DAGSTER_URL_ENV, load_settings

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.models import Connector, Pipeline
-from pipelines_dagster.cli import main
+from pipelines_dagster.cli.pipeline import main
 from pipelines_dagster.core.ledger.billing import Billing
 from tests.support.db import row_counts
 
@@ -824,7 +824,10 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
 
 def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
     # Most of the ten seconds a manual run may take to start, on a busy machine, was importing Dagster.
-    script = "import json, sys, pipelines_dagster.cli, pipelines_dagster.launch; print(json.dumps(sorted(sys.modules)))"
+    script = (
+        "import json, sys, pipelines_dagster.cli.pipeline, pipelines_dagster.launch; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     loaded = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -832,5 +835,5 @@ def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
         check=True,
     ).stdout
     modules = set(json.loads(loaded))
-    assert "pipelines_dagster.cli" in modules
+    assert "pipelines_dagster.cli.pipeline" in modules
     assert not {module for module in modules if module == "dagster" or module.startswith(("dagster.", "dagster_"))}

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from pipelines_dagster.api.schemas.triggers import TriggerOut
     from pipelines_dagster.notifications.destination import DestinationGuard
 
-REPO_DIR = Path(__file__).resolve().parents[1]
+REPO_DIR = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 USER_ERRORS = (

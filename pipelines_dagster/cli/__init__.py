@@ -1,0 +1,1 @@
+"""`pipelines-dagster`, the command line."""

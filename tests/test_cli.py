@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.models import Connector, Pipeline
-from pipelines_dagster.cli.pipeline import main
+from pipelines_dagster.cli.main import main
 from pipelines_dagster.core.ledger.billing import Billing
 from tests.support.db import row_counts
 
@@ -825,8 +825,7 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
 def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
     # Most of the ten seconds a manual run may take to start, on a busy machine, was importing Dagster.
     script = (
-        "import json, sys, pipelines_dagster.cli.pipeline, pipelines_dagster.launch; "
-        "print(json.dumps(sorted(sys.modules)))"
+        "import json, sys, pipelines_dagster.cli.main, pipelines_dagster.launch; print(json.dumps(sorted(sys.modules)))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", script],
@@ -835,5 +834,5 @@ def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
         check=True,
     ).stdout
     modules = set(json.loads(loaded))
-    assert "pipelines_dagster.cli.pipeline" in modules
+    assert "pipelines_dagster.cli.main" in modules
     assert not {module for module in modules if module == "dagster" or module.startswith(("dagster.", "dagster_"))}

@@ -10,6 +10,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from pipelines_dagster.app_db.engine import create_engine
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
@@ -48,3 +50,11 @@ def require_current(engine: sa.Engine) -> None:
     if current != head_revision():
         state = "has no tables yet" if current is None else f"is at revision {current}"
         raise DatabaseNotReadyError(f"the app database {state}; run `pipelines-dagster db upgrade` first")
+
+
+def current_engine(url: str) -> sa.Engine:
+    """An engine on the app database at `url`, refused with what to run unless its schema is the code's: how each
+    process that serves or changes it (the CLI, the API, the MCP server) opens it."""
+    engine = create_engine(url)
+    require_current(engine)
+    return engine

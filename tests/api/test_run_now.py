@@ -18,7 +18,7 @@ from pipelines_dagster.app_db.engine import create_engine, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.batch import pipeline_batch
-from pipelines_dagster.cli.pipeline import main
+from pipelines_dagster.cli.main import main
 from pipelines_dagster.launch import PARTITION_TAG, GraphQLLauncher, launch_pipeline_run
 from pipelines_dagster.runs import batch_tags
 from pipelines_dagster.settings import DAGSTER_URL_ENV

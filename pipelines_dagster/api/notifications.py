@@ -66,7 +66,7 @@ def create_endpoint(workspace_id: WorkspaceId, body: EndpointIn, api: Api) -> Ne
             credits_below_micros=body.credits_below_micros,
             description=body.description,
         )
-        return NewEndpointOut(**EndpointOut.of(made.endpoint).model_dump(), secret=made.secret)
+        return NewEndpointOut.of_new(made)
 
 
 @router.get("", responses=responses(401, 404, 422))
@@ -111,7 +111,7 @@ def rotate_secret(
             endpoint_id=endpoint_id,
             overlap_seconds=(body or EndpointRotateIn()).overlap_seconds,
         )
-        return RotatedEndpointOut(**EndpointOut.of(rotated.endpoint).model_dump(), secret=rotated.secret)
+        return RotatedEndpointOut.of_rotated(rotated)
 
 
 def _set_enabled(api: Api, workspace_id: int, endpoint_id: int, *, enabled: bool) -> EndpointOut:

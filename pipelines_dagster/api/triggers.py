@@ -113,9 +113,7 @@ def add_trigger(
                 pipeline_id=pipeline_id,
                 signing=(body.signing or WebhookSigning.STANDARD).value,
             )
-            return NewWebhookOut(
-                **TriggerOut.of(made.trigger).model_dump(), webhook_path=f"/webhooks/{made.token}", secret=made.secret
-            )
+            return NewWebhookOut.of_new(made)
         if body.event_type is None:
             raise InvalidInputError("event_type", "an event trigger needs an event type")
         if body.signing is not None:
@@ -167,7 +165,7 @@ def rotate_secret(
             trigger_id=trigger_id,
             overlap_seconds=(body or RotateIn()).overlap_seconds,
         )
-        return RotatedOut(**TriggerOut.of(rotated.trigger).model_dump(), secret=rotated.secret)
+        return RotatedOut.of_rotated(rotated)
 
 
 @router.post(

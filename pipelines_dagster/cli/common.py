@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 import sqlalchemy as sa
+from pydantic import BaseModel
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import create_engine, session_factory
@@ -63,8 +64,9 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def emit(as_json: bool, payload: dict[str, Any], text: str) -> None:
-    click.echo(json.dumps(payload) if as_json else text)
+def emit(as_json: bool, shown: BaseModel, text: str) -> None:
+    """`--json`: the model as the API serializes it (every command prints an API response model); else `text`."""
+    click.echo(json.dumps(shown.model_dump(mode="json")) if as_json else text)
 
 
 def open_engine(settings: Settings, *, migrated: bool = True) -> sa.Engine:

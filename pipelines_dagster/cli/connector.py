@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from pipelines_dagster.api.schemas.connectors import ConnectorOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import ConnectorType
 from pipelines_dagster.cli.common import (
@@ -15,15 +16,10 @@ from pipelines_dagster.cli.common import (
     open_sessions,
     user_errors,
 )
-from pipelines_dagster.core.catalog.pipelines import (
-    initial_urls,
-)
 from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
-    SITE_KEY,
     CrawlMode,
-    crawl_mode,
     site_for,
 )
 from pipelines_dagster.core.errors import InvalidInputError
@@ -122,16 +118,9 @@ def connector_create(
             index_every_minutes=index_every_minutes,
             site=site,
         )
-        created_urls = initial_urls(created) or []
-        payload = {
-            "id": created.id,
-            "workspace_id": created.workspace_id,
-            "type": created.connector_type,
-            "urls": created_urls,
-            "mode": crawl_mode(created.config).value,
-            "site": created.config.get(SITE_KEY),
-            "periodic_indexing_enabled": created.periodic_indexing_enabled,
-            "pipeline_ids": [p.id for p in created.pipelines],
-        }
-    what = f"a site crawl of {', '.join(site.start_urls)}" if site else f"{len(created_urls)} URLs"
-    emit(as_json, payload, f"connector {payload['id']} created with {what}")
+        # Timestamps and server defaults are the database's, as the API shows them.
+        session.flush()
+        session.refresh(created)
+        shown = ConnectorOut.of(created)
+    what = f"a site crawl of {', '.join(site.start_urls)}" if site else f"{len(shown.urls or [])} URLs"
+    emit(as_json, shown, f"connector {shown.id} created with {what}")

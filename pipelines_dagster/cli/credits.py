@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 
 import click
 
+from pipelines_dagster.api.schemas.costs import CostTotalsOut
+from pipelines_dagster.api.schemas.credits import CreditsGrantOut, CreditsOut
 from pipelines_dagster.cli.common import (
     ID,
     emit,
@@ -19,6 +21,7 @@ from pipelines_dagster.core.catalog.pipelines import (
     get_workspace,
 )
 from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.ledger.costs import cost_totals
 from pipelines_dagster.settings import load_settings
 
 
@@ -44,7 +47,7 @@ def credits_grant(workspace_id: int, micros: int, as_json: bool) -> None:
     balance = _billing().grant(workspace_id, micros)
     emit(
         as_json,
-        {"id": workspace_id, "workspace_id": workspace_id, "granted_micros": micros, "balance_micros": balance},
+        CreditsGrantOut(workspace_id=workspace_id, granted_micros=micros, balance_micros=balance),
         f"workspace {workspace_id} balance: {balance} micros",
     )
 
@@ -55,14 +58,12 @@ def credits_grant(workspace_id: int, micros: int, as_json: bool) -> None:
 @user_errors
 def credits_show(workspace_id: int, as_json: bool) -> None:
     """A workspace's balance, what crawls under way hold of it, and what is available to new runs."""
-    from pipelines_dagster.api.schemas.credits import CreditsOut
-
     billing = _billing()
     shown = CreditsOut.of(billing.summary(workspace_id), billing_enabled=billing.enabled)
     off = "" if shown.billing_enabled else " (billing is off: crawls are not charged)"
     emit(
         as_json,
-        {"workspace_id": workspace_id, **shown.model_dump()},
+        shown,
         f"workspace {workspace_id}: {shown.balance_micros} micros balance, {shown.held_micros} held by crawls under "
         f"way, {shown.available_micros} available{off}",
     )
@@ -90,9 +91,6 @@ def costs(
     workspace_id: int, pipeline_id: int | None, since: datetime | None, until: datetime | None, as_json: bool
 ) -> None:
     """What the workspace's crawls were charged, from the ledger: the total and one line per pipeline."""
-    from pipelines_dagster.api.schemas.costs import CostTotalsOut
-    from pipelines_dagster.core.ledger.costs import cost_totals
-
     with open_sessions(load_settings())() as session:
         get_workspace(session, workspace_id)
         if pipeline_id is not None:
@@ -104,4 +102,4 @@ def costs(
         + plural(cost.charges, "charge")
         for cost in totals.pipelines
     ]
-    emit(as_json, {"id": workspace_id, **CostTotalsOut.of(totals).model_dump(mode="json")}, "\n".join(lines))
+    emit(as_json, CostTotalsOut.of(totals), "\n".join(lines))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from pipelines_dagster.api.schemas.database import DatabaseOut
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.cli.common import (
     emit,
@@ -28,4 +29,4 @@ def db_upgrade(as_json: bool) -> None:
     engine = open_engine(settings, migrated=False)
     upgrade(engine)
     url = engine.url.render_as_string(hide_password=True)
-    emit(as_json, {"database": url, "status": "current"}, f"app database is current: {url}")
+    emit(as_json, DatabaseOut(database=url, status="current"), f"app database is current: {url}")

@@ -7,6 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from pipelines_dagster.api.schemas.notifications import (
+    NotificationDeliveryDetail,
+    NotificationDeliveryOut,
+    NotificationDeliveryPage,
+    RedriveOut,
+)
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import DeliveryStatus
 from pipelines_dagster.cli.common import (
@@ -22,7 +28,6 @@ from pipelines_dagster.notifications import endpoints as notifications
 from pipelines_dagster.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from pipelines_dagster.api.schemas import notifications as api_notifications
     from pipelines_dagster.notifications.destination import DestinationGuard
 
 
@@ -33,7 +38,7 @@ def destination_guard(settings: Settings) -> DestinationGuard:
     return build_resources(settings)["notifications"].guard()
 
 
-def describe_delivery(shown: api_notifications.NotificationDeliveryOut) -> str:
+def describe_delivery(shown: NotificationDeliveryOut) -> str:
     """One line per delivery: id, event type, status, attempts, how the last attempt went, webhook-id."""
     if shown.last_error:
         last = shown.last_error
@@ -51,7 +56,6 @@ def describe_delivery(shown: api_notifications.NotificationDeliveryOut) -> str:
 @user_errors
 def notification_test(workspace_id: int, endpoint_id: int, as_json: bool) -> None:
     """Send the endpoint a notification.test message now, enabled or not; exits non-zero when it is not taken."""
-    from pipelines_dagster.api.schemas.notifications import NotificationDeliveryOut
     from pipelines_dagster.notifications.sender import Sender
 
     settings = load_settings()
@@ -67,15 +71,16 @@ def notification_test(workspace_id: int, endpoint_id: int, as_json: bool) -> Non
         )
     [result] = results
     with sessions() as session:
-        shown = NotificationDeliveryOut.of(
-            notifications.get_delivery(
-                session, workspace_id=workspace_id, endpoint_id=endpoint_id, delivery_id=delivery_id
-            )
+        delivery = notifications.get_delivery(
+            session, workspace_id=workspace_id, endpoint_id=endpoint_id, delivery_id=delivery_id
         )
+        attempts = notifications.delivery_attempts(session, delivery.id)
+        # As `POST .../test` answers: the delivery with its attempt.
+        shown = NotificationDeliveryDetail.with_attempts(delivery, attempts)
     answer = f"HTTP {result.status_code}" if result.status_code is not None else "no answer"
     emit(
         as_json,
-        shown.model_dump(mode="json"),
+        shown,
         f"notification endpoint {endpoint_id}: test delivery {delivery_id} (webhook-id {shown.message_id}) "
         f"to {url}: {answer} in {result.duration_ms} ms",
     )
@@ -95,27 +100,27 @@ def notification_test(workspace_id: int, endpoint_id: int, as_json: bool) -> Non
     help="Only deliveries in this status.",
 )
 @click.option(
-    "--limit", default=20, show_default=True, type=int, help=f"Deliveries shown, 1 to {notifications.MAX_LIMIT}."
+    "--limit", default=20, show_default=True, type=int, help=f"Deliveries per page, 1 to {notifications.MAX_LIMIT}."
 )
+@click.option("--cursor", type=ID, default=None, help="`next_cursor` of the previous page.")
 @json_option
 @user_errors
-def notification_deliveries(workspace_id: int, endpoint_id: int, status: str | None, limit: int, as_json: bool) -> None:
+def notification_deliveries(
+    workspace_id: int, endpoint_id: int, status: str | None, limit: int, cursor: int | None, as_json: bool
+) -> None:
     """An endpoint's deliveries, newest first: how each went, and its webhook-id."""
-    from pipelines_dagster.api.schemas.notifications import NotificationDeliveryOut
-
     with open_sessions(load_settings())() as session:
-        listed = [
-            NotificationDeliveryOut.of(delivery)
-            for delivery in notifications.list_deliveries(
-                session, workspace_id=workspace_id, endpoint_id=endpoint_id, status=status, limit=limit
-            )[0]
-        ]
-    emit(
-        as_json,
-        {"id": endpoint_id, "deliveries": [shown.model_dump(mode="json") for shown in listed]},
-        "\n".join(describe_delivery(shown) for shown in listed)
-        or f"notification endpoint {endpoint_id} has no deliveries",
-    )
+        rows, next_id = notifications.list_deliveries(
+            session, workspace_id=workspace_id, endpoint_id=endpoint_id, status=status, limit=limit, before_id=cursor
+        )
+        page = NotificationDeliveryPage(
+            deliveries=[NotificationDeliveryOut.of(delivery) for delivery in rows],
+            next_cursor=None if next_id is None else str(next_id),
+        )
+    lines = [describe_delivery(shown) for shown in page.deliveries]
+    if page.next_cursor:
+        lines.append(f"more: --cursor {page.next_cursor}")
+    emit(as_json, page, "\n".join(lines) or f"notification endpoint {endpoint_id} has no deliveries")
 
 
 @click.command("redrive")
@@ -131,15 +136,13 @@ def notification_deliveries(workspace_id: int, endpoint_id: int, status: str | N
 @user_errors
 def notification_redrive(workspace_id: int, endpoint_id: int, delivery_ids: tuple[int, ...], as_json: bool) -> None:
     """Send deliveries again under their webhook-ids, from the start of the retry schedule."""
-    from pipelines_dagster.api.schemas.notifications import RedriveOut
-
     with transaction(open_sessions(load_settings())) as session:
         count = notifications.redrive(
             session, workspace_id=workspace_id, endpoint_id=endpoint_id, delivery_ids=list(delivery_ids) or None
         )
     emit(
         as_json,
-        {"id": endpoint_id, **RedriveOut(redriven=count).model_dump(mode="json")},
+        RedriveOut(redriven=count),
         f"notification endpoint {endpoint_id}: {plural(count, 'delivery', 'deliveries')} queued again; "
         "the notification_sender sensor sends them on its next tick",
     )

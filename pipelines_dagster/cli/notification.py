@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 
+from pipelines_dagster.api.schemas.common import DeletedOut
+from pipelines_dagster.api.schemas.notifications import EndpointList, EndpointOut, NewEndpointOut, RotatedEndpointOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import NotificationEndpoint
 from pipelines_dagster.cli.common import (
@@ -27,9 +27,6 @@ from pipelines_dagster.notifications import endpoints as notifications
 from pipelines_dagster.notifications.payloads import NotificationEvent
 from pipelines_dagster.settings import load_settings
 
-if TYPE_CHECKING:
-    from pipelines_dagster.api.schemas import notifications as api_notifications
-
 
 @click.group()
 def notification() -> None:
@@ -37,7 +34,7 @@ def notification() -> None:
     changing and credit running low."""
 
 
-def describe_endpoint(shown: api_notifications.EndpointOut) -> str:
+def describe_endpoint(shown: EndpointOut) -> str:
     """One line per endpoint: id, URL, state, what it hears of."""
     state = "enabled" if shown.enabled else f"disabled ({shown.disabled_reason})"
     pipelines = (
@@ -51,10 +48,8 @@ def describe_endpoint(shown: api_notifications.EndpointOut) -> str:
 
 
 def show_endpoint(endpoint: NotificationEndpoint, as_json: bool) -> None:
-    from pipelines_dagster.api.schemas.notifications import EndpointOut
-
     shown = EndpointOut.of(endpoint)
-    emit(as_json, shown.model_dump(mode="json"), describe_endpoint(shown))
+    emit(as_json, shown, describe_endpoint(shown))
 
 
 @notification.command("create")
@@ -86,8 +81,6 @@ def notification_create(
     as_json: bool,
 ) -> None:
     """Add a notification endpoint and print the secret its deliveries are signed with (shown once)."""
-    from pipelines_dagster.api.schemas.notifications import EndpointOut, NewEndpointOut
-
     settings = load_settings()
     with transaction(open_sessions(settings)) as session:
         made = notifications.create_endpoint(
@@ -100,10 +93,10 @@ def notification_create(
             credits_below_micros=credits_below,
             description=description,
         )
-        shown = NewEndpointOut(**EndpointOut.of(made.endpoint).model_dump(), secret=made.secret)
+        shown = NewEndpointOut.of_new(made)
     emit(
         as_json,
-        shown.model_dump(mode="json"),
+        shown,
         f"notification endpoint {shown.id} created: {', '.join(shown.event_types)} to {shown.url}\n"
         "deliveries carry webhook-id, webhook-timestamp and webhook-signature (Standard Webhooks), "
         f"signed with {shown.secret} (shown once, store it now)",
@@ -116,8 +109,6 @@ def notification_create(
 @user_errors
 def notification_list(workspace_id: int, as_json: bool) -> None:
     """The workspace's notification endpoints."""
-    from pipelines_dagster.api.schemas.notifications import EndpointList, EndpointOut
-
     with open_sessions(load_settings())() as session:
         listed = EndpointList(
             endpoints=[
@@ -128,7 +119,7 @@ def notification_list(workspace_id: int, as_json: bool) -> None:
     text = "\n".join(describe_endpoint(shown) for shown in listed.endpoints)
     emit(
         as_json,
-        {"id": workspace_id, **listed.model_dump(mode="json")},
+        listed,
         text or f"workspace {workspace_id} has no notification endpoints",
     )
 
@@ -151,7 +142,7 @@ def notification_delete(workspace_id: int, endpoint_id: int, as_json: bool) -> N
     """Delete a notification endpoint with its deliveries and their log."""
     with transaction(open_sessions(load_settings())) as session:
         notifications.delete_endpoint(session, workspace_id=workspace_id, endpoint_id=endpoint_id)
-    emit(as_json, {"id": endpoint_id, "deleted": True}, f"notification endpoint {endpoint_id} deleted")
+    emit(as_json, DeletedOut(id=endpoint_id, deleted=True), f"notification endpoint {endpoint_id} deleted")
 
 
 @notification.command("rotate-secret")
@@ -167,13 +158,11 @@ def notification_delete(workspace_id: int, endpoint_id: int, as_json: bool) -> N
 @user_errors
 def notification_rotate_secret(workspace_id: int, endpoint_id: int, overlap_seconds: int, as_json: bool) -> None:
     """Give a notification endpoint a new signing secret (printed once)."""
-    from pipelines_dagster.api.schemas.notifications import EndpointOut, RotatedEndpointOut
-
     with transaction(open_sessions(load_settings())) as session:
         rotated = notifications.rotate_endpoint_secret(
             session, workspace_id=workspace_id, endpoint_id=endpoint_id, overlap_seconds=overlap_seconds
         )
-        shown = RotatedEndpointOut(**EndpointOut.of(rotated.endpoint).model_dump(), secret=rotated.secret)
+        shown = RotatedEndpointOut.of_rotated(rotated)
     previous = (
         f"deliveries are signed with the previous secret too until {shown.previous_secret_expires_at.isoformat()}"
         if shown.previous_secret_expires_at
@@ -181,7 +170,7 @@ def notification_rotate_secret(workspace_id: int, endpoint_id: int, overlap_seco
     )
     emit(
         as_json,
-        shown.model_dump(mode="json"),
+        shown,
         f"notification endpoint {endpoint_id}: new secret {shown.secret} (shown once); {previous}",
     )
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
 from sqlalchemy.orm import Session
 
+from pipelines_dagster.api.schemas.common import DeletedOut
+from pipelines_dagster.api.schemas.pipelines import PipelineList, PipelineOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.cli.common import (
@@ -36,15 +36,9 @@ from pipelines_dagster.core.catalog.pipelines import (
     set_pipeline_enabled,
     update_pipeline,
 )
-from pipelines_dagster.core.catalog.retry import (
-    RetryPolicy,
-)
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import load_settings
-
-if TYPE_CHECKING:
-    from pipelines_dagster.api.schemas import pipelines as schemas
 
 
 @click.group()
@@ -91,7 +85,6 @@ def pipeline_create(
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
     from pipelines_dagster import services
-    from pipelines_dagster.api.schemas import pipelines as schemas
 
     retry = retry_of(retry_backoff, retry_max, retry_delay)
     settings = load_settings()
@@ -111,24 +104,13 @@ def pipeline_create(
             retry=retry,
             max_runtime_seconds=max_runtime,
         )
-        trigger = schedule_triggers(session, [created.id]).get(created.id)
-        payload = {
-            "id": created.id,
-            "workspace_id": created.workspace_id,
-            "connector_id": created.connector_id,
-            "name": created.name,
-            "save_to_kb": created.save_to_kb,
-            "destination_folder_id": created.destination_folder_id,
-            "enabled": created.enabled,
-            "next_fire_at": trigger.next_fire_at.isoformat() if trigger and trigger.next_fire_at else None,
-            "retry_policy": schemas.RetryPolicyOut.of(RetryPolicy.of(created)).model_dump(mode="json"),
-            "max_runtime_seconds": created.max_runtime_seconds,
-        }
-    when = f", next run {payload['next_fire_at']}" if payload["next_fire_at"] else ""
-    emit(as_json, payload, f"pipeline {payload['id']} created{when}")
+        shown = read_pipeline(session, created)
+    next_fire_at = shown.schedule.next_fire_at if shown.schedule else None
+    when = f", next run {next_fire_at.isoformat()}" if next_fire_at else ""
+    emit(as_json, shown, f"pipeline {shown.id} created{when}")
 
 
-def describe(shown: schemas.PipelineOut) -> str:
+def describe(shown: PipelineOut) -> str:
     """One line per pipeline: id, name, state, schedule."""
     schedule = shown.schedule
     if schedule is None:
@@ -143,13 +125,11 @@ def describe(shown: schemas.PipelineOut) -> str:
     return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}"
 
 
-def show_pipeline(session: Session, pipeline: Pipeline, as_json: bool) -> None:
-    from pipelines_dagster.api.schemas import pipelines as schemas
-
+def read_pipeline(session: Session, pipeline: Pipeline) -> PipelineOut:
+    """The pipeline as the API answers a write: its timestamps and server defaults the database's."""
     session.flush()
     session.refresh(pipeline)
-    shown = schemas.PipelineOut.of(pipeline, schedule_triggers(session, [pipeline.id]).get(pipeline.id))
-    emit(as_json, shown.model_dump(mode="json"), describe(shown))
+    return PipelineOut.of(pipeline, schedule_triggers(session, [pipeline.id]).get(pipeline.id))
 
 
 @pipeline.command("update")
@@ -216,8 +196,10 @@ def pipeline_update(
         max_runtime_seconds=None if default_max_runtime else keep(max_runtime),
     )
     with transaction(open_sessions(load_settings())) as session:
-        updated = update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
-        show_pipeline(session, updated, as_json)
+        shown = read_pipeline(
+            session, update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
+        )
+    emit(as_json, shown, describe(shown))
 
 
 @pipeline.command("list")
@@ -226,14 +208,12 @@ def pipeline_update(
 @user_errors
 def pipeline_list(workspace_id: int, as_json: bool) -> None:
     """The workspace's pipelines, connectors' own periodic indexing included."""
-    from pipelines_dagster.api.schemas import pipelines as schemas
-
     with open_sessions(load_settings())() as session:
         get_workspace(session, workspace_id)
         pipelines = list_pipelines(session, workspace_id=workspace_id)
-        listed = schemas.PipelineList.of(pipelines, schedule_triggers(session, [p.id for p in pipelines]))
+        listed = PipelineList.of(pipelines, schedule_triggers(session, [p.id for p in pipelines]))
     text = "\n".join(describe(shown) for shown in listed.pipelines) or f"workspace {workspace_id} has no pipelines"
-    emit(as_json, listed.model_dump(mode="json"), text)
+    emit(as_json, listed, text)
 
 
 @pipeline.command("show")
@@ -243,14 +223,19 @@ def pipeline_list(workspace_id: int, as_json: bool) -> None:
 def pipeline_show(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
     """One pipeline: its settings, schedule and retry policy."""
     with open_sessions(load_settings())() as session:
-        show_pipeline(session, get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id), as_json)
+        pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        shown = PipelineOut.of(pipeline, schedule_triggers(session, [pipeline.id]).get(pipeline.id))
+    emit(as_json, shown, describe(shown))
 
 
 def _set_enabled(workspace_id: int, pipeline_id: int, enabled: bool, as_json: bool) -> None:
+    """Prints the pipeline as `PUT .../pipelines/{id}` with `enabled` answers."""
     with transaction(open_sessions(load_settings())) as session:
-        set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled)
-    state = "enabled" if enabled else "disabled"
-    emit(as_json, {"id": pipeline_id, "enabled": enabled}, f"pipeline {pipeline_id} {state}")
+        shown = read_pipeline(
+            session,
+            set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled),
+        )
+    emit(as_json, shown, f"pipeline {pipeline_id} {'enabled' if enabled else 'disabled'}")
 
 
 @pipeline.command("enable")
@@ -284,7 +269,7 @@ def pipeline_delete(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
         services.delete_pipeline(
             session, dagster_instance(settings), workspace_id=workspace_id, pipeline_id=pipeline_id
         )
-    emit(as_json, {"id": pipeline_id, "deleted": True}, f"pipeline {pipeline_id} deleted")
+    emit(as_json, DeletedOut(id=pipeline_id, deleted=True), f"pipeline {pipeline_id} deleted")
 
 
 pipeline.add_command(run_now)

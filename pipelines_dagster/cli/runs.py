@@ -7,6 +7,7 @@ import os
 
 import click
 
+from pipelines_dagster.api.schemas.runs import RunLaunched
 from pipelines_dagster.cli.common import (
     ID,
     emit,
@@ -37,7 +38,7 @@ def run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
         run_id = launch_pipeline_run(open_sessions(load_settings()), workspace_id=workspace_id, pipeline_id=pipeline_id)
     except (DagsterUnavailableError, LaunchFailedError) as exc:
         raise click.ClickException(str(exc)) from None
-    emit(as_json, {"id": run_id, "run_id": run_id, "pipeline_id": pipeline_id}, run_id)
+    emit(as_json, RunLaunched(run_id=run_id), run_id)
 
 
 @click.command("runs")
@@ -67,4 +68,4 @@ def runs(workspace_id: int, pipeline_id: int, limit: int, cursor: str | None, as
     ]
     if page.next_cursor:
         lines.append(f"more: --cursor {page.next_cursor}")
-    emit(as_json, page.model_dump(mode="json"), "\n".join(lines) or f"pipeline {pipeline_id} has no runs")
+    emit(as_json, page, "\n".join(lines) or f"pipeline {pipeline_id} has no runs")

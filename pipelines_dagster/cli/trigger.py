@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+from pipelines_dagster.api.schemas.events import EventOut
+from pipelines_dagster.api.schemas.triggers import NewWebhookOut, RotatedOut, TriggerList, TriggerOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.cli.common import (
     ID,
@@ -30,9 +32,6 @@ from pipelines_dagster.core.triggers.webhooks import (
     set_trigger_enabled,
 )
 from pipelines_dagster.settings import load_settings
-
-if TYPE_CHECKING:
-    from pipelines_dagster.api.schemas.triggers import TriggerOut
 
 
 @click.group()
@@ -73,20 +72,15 @@ def trigger_create(
         raise InvalidInputError("signing", "give --signing with --kind webhook only")
     with transaction(open_sessions(load_settings())) as session:
         if kind == "manual":
-            manual = create_manual_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-            payload = {"id": manual.id, "kind": kind}
-            text = f"manual trigger {manual.id}: pipeline {pipeline_id} can be run by hand (`pipeline run`)"
+            shown: TriggerOut = TriggerOut.of(
+                create_manual_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+            )
+            text = f"manual trigger {shown.id}: pipeline {pipeline_id} can be run by hand (`pipeline run`)"
         elif kind == "webhook":
             made = create_webhook_trigger(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, signing=signing or "standard"
             )
-            payload = {
-                "id": made.trigger.id,
-                "kind": kind,
-                "signing": made.trigger.signing,
-                "webhook_path": f"/webhooks/{made.token}",
-                "secret": made.secret,
-            }
+            shown = NewWebhookOut.of_new(made)
             how = (
                 "headers webhook-id, webhook-timestamp and webhook-signature: v1,base64(HMAC-SHA256("
                 f'"{{id}}.{{timestamp}}.{{body}}", {made.secret}))'
@@ -102,9 +96,9 @@ def trigger_create(
             subscribed = create_event_trigger(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=event_type
             )
-            payload = {"id": subscribed.id, "kind": kind, "event_type": subscribed.event_type}
+            shown = TriggerOut.of(subscribed)
             text = f"event trigger {subscribed.id}: pipeline {pipeline_id} runs on {subscribed.event_type}"
-    emit(as_json, payload, text)
+    emit(as_json, shown, text)
 
 
 @trigger.command("list")
@@ -114,8 +108,6 @@ def trigger_create(
 @user_errors
 def trigger_list(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
     """A pipeline's triggers: its schedule, webhooks and event subscriptions, on or off."""
-    from pipelines_dagster.api.schemas.triggers import TriggerList, TriggerOut
-
     with open_sessions(load_settings())() as session:
         shown = TriggerList(
             triggers=[
@@ -123,7 +115,7 @@ def trigger_list(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
                 for row in pipeline_triggers(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
             ]
         )
-    emit(as_json, shown.model_dump(mode="json"), "\n".join(trigger_line(one) for one in shown.triggers))
+    emit(as_json, shown, "\n".join(trigger_line(one) for one in shown.triggers))
 
 
 def trigger_line(shown: TriggerOut) -> str:
@@ -136,15 +128,13 @@ def trigger_line(shown: TriggerOut) -> str:
 
 
 def _switch_trigger(workspace_id: int, pipeline_id: int, trigger_id: int, enabled: bool, as_json: bool) -> None:
-    from pipelines_dagster.api.schemas.triggers import TriggerOut
-
     with transaction(open_sessions(load_settings())) as session:
         shown = TriggerOut.of(
             set_trigger_enabled(
                 session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id, enabled=enabled
             )
         )
-    emit(as_json, shown.model_dump(mode="json"), trigger_line(shown))
+    emit(as_json, shown, trigger_line(shown))
 
 
 def trigger_ref(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -201,16 +191,12 @@ def trigger_rotate_secret(
             trigger_id=trigger_id,
             overlap_seconds=overlap_seconds,
         )
-        payload = {
-            "id": trigger_id,
-            "secret": rotated.secret,
-            "previous_secret_expires_at": rotated.previous_expires_at.isoformat(),
-        }
+        shown = RotatedOut.of_rotated(rotated)
     emit(
         as_json,
-        payload,
+        shown,
         f"trigger {trigger_id}: new secret {rotated.secret} (shown once); "
-        f"the previous one verifies until {payload['previous_secret_expires_at']}",
+        f"the previous one verifies until {rotated.previous_expires_at.isoformat()}",
     )
 
 
@@ -235,5 +221,5 @@ def event_emit(workspace_id: int, event_type: str, payload: str, as_json: bool) 
         raise InvalidInputError("payload", "must be a JSON object")
     with transaction(open_sessions(load_settings())) as session:
         recorded = emit_event(session, workspace_id=workspace_id, event_type=event_type, payload=body)
-        result = {"id": recorded.id, "event_type": recorded.event_type}
-    emit(as_json, result, f"event {result['id']} recorded")
+        shown = EventOut(event_id=recorded.id, event_type=recorded.event_type)
+    emit(as_json, shown, f"event {shown.event_id} recorded")

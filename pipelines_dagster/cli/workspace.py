@@ -6,6 +6,14 @@ from __future__ import annotations
 import click
 import sqlalchemy as sa
 
+from pipelines_dagster.api.schemas.templates import (
+    RetentionScheduleOut,
+    SeedOut,
+    TemplateList,
+    TemplateOut,
+    WorkspaceSeedOut,
+)
+from pipelines_dagster.api.schemas.workspaces import NewWorkspaceOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.cli.common import (
     ID,
@@ -14,6 +22,7 @@ from pipelines_dagster.cli.common import (
     open_sessions,
     user_errors,
 )
+from pipelines_dagster.core.catalog.templates import TEMPLATES
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import load_settings
 
@@ -35,14 +44,14 @@ def workspace_create(name: str, owner: str, as_json: bool) -> None:
 
     settings = load_settings()
     with transaction(open_sessions(settings)) as session:
-        created = services.create_workspace(session, dagster_instance(settings), name=name, owner_user_id=owner)
-        ws = created.workspace
-        payload = {"id": ws.id, "name": ws.name, "owner": ws.owner_user_id, "api_token": created.api_token}
+        shown = NewWorkspaceOut.of(
+            services.create_workspace(session, dagster_instance(settings), name=name, owner_user_id=owner)
+        )
     emit(
         as_json,
-        payload,
-        f"workspace {payload['id']} created, with the built-in pipeline templates (disabled; "
-        f"`pipelines-dagster templates list`)\nAPI token (shown once, store it now): {payload['api_token']}",
+        shown,
+        f"workspace {shown.id} created, with the built-in pipeline templates (disabled; "
+        f"`pipelines-dagster templates list`)\nAPI token (shown once, store it now): {shown.api_token}",
     )
 
 
@@ -55,28 +64,14 @@ def templates() -> None:
 @json_option
 def templates_list(as_json: bool) -> None:
     """The templates: what each does and how it crawls."""
-    from pipelines_dagster.core.catalog.templates import TEMPLATES
-
-    shown = [
-        {
-            "key": template.key,
-            "name": template.name,
-            "description": template.description,
-            "save_to_kb": template.save_to_kb,
-            "folder": template.folder,
-            "mode": template.mode,
-            "schedule": template.schedule.describe(),
-            "events": [event.value for event in template.events],
-        }
-        for template in TEMPLATES
-    ]
+    shown = TemplateList(templates=[TemplateOut.of(template) for template in TEMPLATES])
     emit(
         as_json,
-        {"templates": shown},
+        shown,
         "\n".join(
-            f"{entry['key']}\t{entry['name']}: {entry['description']} ({entry['mode']} crawl, "
-            f"{'into the KB' if entry['save_to_kb'] else 'raw crawls only'}, schedule {entry['schedule']}, seeded off)"
-            for entry in shown
+            f"{entry.key}\t{entry.name}: {entry.description} ({entry.mode} crawl, "
+            f"{'into the KB' if entry.save_to_kb else 'raw crawls only'}, schedule {entry.schedule}, seeded off)"
+            for entry in shown.templates
         ),
     )
 
@@ -103,19 +98,17 @@ def templates_seed(workspace_id: int | None, as_json: bool) -> None:
     for one in workspace_ids:  # a transaction each: a workspace seeded stays seeded
         with transaction(sessions) as session:
             reports.append(services.seed_workspace(session, instance, one))
-    restarted = keep_retention_on(instance)
-    payload = {
-        "workspaces": [
-            {"workspace_id": report.workspace_id, "created": report.created, "kept": report.kept} for report in reports
-        ],
-        "retention_schedule": {"name": RETENTION_SCHEDULE, "restarted": restarted},
-    }
+    shown = SeedOut(
+        workspaces=[WorkspaceSeedOut.of(report) for report in reports],
+        retention_schedule=RetentionScheduleOut(name=RETENTION_SCHEDULE, restarted=keep_retention_on(instance)),
+    )
     lines = [
-        f"workspace {report.workspace_id}: {len(report.created)} templates added {report.created}, "
-        f"{len(report.kept)} kept as they were"
-        for report in reports
+        f"workspace {seeded.workspace_id}: {len(seeded.created)} templates added {seeded.created}, "
+        f"{len(seeded.kept)} kept as they were"
+        for seeded in shown.workspaces
     ]
+    restarted = shown.retention_schedule.restarted
     lines.append(
         f"retention schedule {RETENTION_SCHEDULE}: " + ("was stopped, switched back on" if restarted else "on")
     )
-    emit(as_json, payload, "\n".join(lines))
+    emit(as_json, shown, "\n".join(lines))

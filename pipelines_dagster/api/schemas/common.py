@@ -1,4 +1,5 @@
-"""What the bodies of every noun share: the strict request base and the field rules several nouns use."""
+"""What the bodies of every noun share: the strict request base, the field rules several nouns use, and what
+a delete is shown as."""
 
 from __future__ import annotations
 
@@ -31,3 +32,10 @@ InUtc = field_rule(in_utc)
 
 Name = Annotated[str, Field(min_length=1, max_length=200), field_rule(validate_name)]
 EveryMinutes = Annotated[int, Field(ge=1, le=MAX_EVERY_MINUTES, description="Run every N minutes.")]
+
+
+class DeletedOut(BaseModel):
+    """What the CLI prints for a delete, which the API answers with 204 and no body."""
+
+    id: int
+    deleted: bool

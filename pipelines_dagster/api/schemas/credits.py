@@ -1,4 +1,4 @@
-"""A workspace's crawl credit: its balance, what crawls under way hold of it, and what is left for new ones."""
+"""A workspace's crawl credit: its balance, what crawls under way hold of it, and what a grant added."""
 
 from __future__ import annotations
 
@@ -21,3 +21,11 @@ class CreditsOut(BaseModel):
             held_micros=summary.held_micros,
             available_micros=summary.available_micros,
         )
+
+
+class CreditsGrantOut(BaseModel):
+    """What the CLI prints for a grant; the API grants no credit."""
+
+    workspace_id: int
+    granted_micros: int
+    balance_micros: int = Field(description="The balance after the grant.")

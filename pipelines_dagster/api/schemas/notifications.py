@@ -23,7 +23,12 @@ from pipelines_dagster.core.security.signing import (
     previous_secret_expiry,
 )
 from pipelines_dagster.core.validation import MAX_URL_LENGTH, Id
-from pipelines_dagster.notifications.endpoints import MAX_CREDITS_THRESHOLD_MICROS, MAX_LIMIT
+from pipelines_dagster.notifications.endpoints import (
+    MAX_CREDITS_THRESHOLD_MICROS,
+    MAX_LIMIT,
+    NewEndpoint,
+    RotatedEndpointSecret,
+)
 from pipelines_dagster.notifications.payloads import NotificationEvent
 from pipelines_dagster.notifications.sender import DISABLE_AFTER, MAX_ATTEMPTS
 
@@ -95,6 +100,10 @@ class EndpointOut(BaseModel):
 class NewEndpointOut(EndpointOut):
     secret: str = Field(description="The whsec_ secret messages are signed with; shown once.")
 
+    @classmethod
+    def of_new(cls, made: NewEndpoint) -> NewEndpointOut:
+        return cls(**EndpointOut.of(made.endpoint).model_dump(), secret=made.secret)
+
 
 class EndpointList(BaseModel):
     endpoints: list[EndpointOut]
@@ -111,6 +120,10 @@ class EndpointRotateIn(RequestBody):
 
 class RotatedEndpointOut(EndpointOut):
     secret: str = Field(description="The new whsec_ signing secret; shown once.")
+
+    @classmethod
+    def of_rotated(cls, rotated: RotatedEndpointSecret) -> RotatedEndpointOut:
+        return cls(**EndpointOut.of(rotated.endpoint).model_dump(), secret=rotated.secret)
 
 
 class DeliveryAttemptOut(BaseModel):

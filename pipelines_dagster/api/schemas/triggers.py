@@ -16,7 +16,7 @@ from pipelines_dagster.core.security.signing import (
     MAX_ROTATION_OVERLAP_SECONDS,
     previous_secret_expiry,
 )
-from pipelines_dagster.core.triggers.webhooks import EventType
+from pipelines_dagster.core.triggers.webhooks import EventType, NewWebhook, RotatedSecret
 
 
 class TriggerIn(RequestBody):
@@ -73,6 +73,11 @@ class NewWebhookOut(TriggerOut):
         "which is the HMAC key of X-Hub-Signature-256."
     )
 
+    @classmethod
+    def of_new(cls, made: NewWebhook) -> NewWebhookOut:
+        shown = TriggerOut.of(made.trigger).model_dump()
+        return cls(**shown, webhook_path=f"/webhooks/{made.token}", secret=made.secret)
+
 
 class RotateIn(RequestBody):
     overlap_seconds: int = Field(
@@ -85,6 +90,10 @@ class RotateIn(RequestBody):
 
 class RotatedOut(TriggerOut):
     secret: str = Field(description="The new whsec_ signing secret; shown once.")
+
+    @classmethod
+    def of_rotated(cls, rotated: RotatedSecret) -> RotatedOut:
+        return cls(**TriggerOut.of(rotated.trigger).model_dump(), secret=rotated.secret)
 
 
 class TriggerList(BaseModel):

@@ -857,10 +857,10 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     assert cli.json("pipeline", "show", "--workspace", ws, str(watch["id"]))["enabled"] is True
 
 
-def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
+def test_the_run_now_command_and_its_launch_start_without_loading_dagster():
     # Most of the ten seconds a manual run may take to start, on a busy machine, was importing Dagster.
     script = (
-        "import json, sys, pipelines_dagster.cli.main, pipelines_dagster.launch; print(json.dumps(sorted(sys.modules)))"
+        "import json, sys, pipelines_dagster.cli.runs, pipelines_dagster.launch; print(json.dumps(sorted(sys.modules)))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", script],
@@ -869,7 +869,7 @@ def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
         check=True,
     ).stdout
     modules = set(json.loads(loaded))
-    assert "pipelines_dagster.cli.main" in modules
+    assert "pipelines_dagster.cli.runs" in modules
     assert not {module for module in modules if module == "dagster" or module.startswith(("dagster.", "dagster_"))}
 
 

@@ -203,5 +203,6 @@ def notification_disable(workspace_id: int, endpoint_id: int, as_json: bool) -> 
     _set_endpoint_enabled(workspace_id, endpoint_id, False, as_json)
 
 
+# An endpoint's deliveries have their module (deliveries.py); they are commands of this group all the same.
 for command in (notification_test, notification_deliveries, notification_redrive):
     notification.add_command(command)

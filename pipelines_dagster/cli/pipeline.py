@@ -272,4 +272,5 @@ def pipeline_delete(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
     emit(as_json, DeletedOut(id=pipeline_id, deleted=True), f"pipeline {pipeline_id} deleted")
 
 
+# Run-now lives with the run history (runs.py), and is a command of this group.
 pipeline.add_command(run_now)

@@ -13,7 +13,7 @@ from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.batch import pipeline_batch
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.resources import build_resources
+from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.schedules import build_maintenance_schedule, maintenance
 from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.notifications import notification_sender, run_end_sensors

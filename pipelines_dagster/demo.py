@@ -27,7 +27,7 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.catalog.connectors import set_initial_urls
 from pipelines_dagster.crawl_metadata import CrawlMetadata
-from pipelines_dagster.resources import build_resources
+from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.runs import CRAWL_RESULTS_ASSET, KB_DOCUMENTS_ASSET, Trigger, partition_key, run_tags
 from pipelines_dagster.settings import Settings, load_settings
 

@@ -1,5 +1,5 @@
-"""`pipelines-dagster mcp`: the chat tools over the Model Context Protocol, on stdio or streamable HTTP,
-each request answering only for its API token's workspace, as the HTTP API does."""
+"""The chat tools over the Model Context Protocol, on stdio or streamable HTTP, each request answering only for
+its API token's workspace, as the HTTP API does; `pipelines-dagster mcp` (cli/serve.py) starts it."""
 
 from __future__ import annotations
 
@@ -13,20 +13,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import click
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.core.catalog.workspaces import InvalidTokenError, workspace_of_token
 
-# The SDK, the web stack and the tools (which load Dagster) are imported on use: the CLI registers
-# this command, and its other commands do without them.
+# The SDK, the web stack and the tools (which load Dagster) are imported on use: the CLI imports this
+# module to register its command, and its other commands do without them.
 if TYPE_CHECKING:
     from mcp.server import Server, ServerRequestContext
     from starlette.types import ASGIApp, Receive, Scope, Send
 
     from pipelines_dagster.agent_tools import AgentTool
     from pipelines_dagster.history import RunHistory
+    from pipelines_dagster.settings import Settings
 
 TOKEN_ENV = "PIPELINES_MCP_TOKEN"
 MCP_PATH = "/mcp"
@@ -49,6 +49,16 @@ class WorkspaceTools:
 
     history: RunHistory
     sessions: sessionmaker[Session]
+
+    @classmethod
+    def of_deployment(cls, settings: Settings, sessions: sessionmaker[Session]) -> WorkspaceTools:
+        """The tools over the deployment's app database and Dagster instance."""
+        from pipelines_dagster.history import RunHistory
+        from pipelines_dagster.instance import dagster_instance
+        from pipelines_dagster.settings import DAGSTER_URL_ENV
+
+        history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
+        return cls(history, sessions)
 
     def of(self, workspace_id: int) -> dict[str, AgentTool]:
         from pipelines_dagster.agent_tools import build_workspace_tools
@@ -116,8 +126,9 @@ def build_server(tools: WorkspaceTools, workspace_of: WorkspaceOf) -> Server[Any
     )
 
 
-def serve_stdio(tools: WorkspaceTools, token: str) -> None:
-    """Serve one client on stdin/stdout until it closes stdin."""
+def serve_stdio(tools: WorkspaceTools, token: str, *, workspace_id: int) -> None:
+    """Serve one client on stdin/stdout until it closes stdin, answering for `token`'s workspace (`workspace_id`
+    when it starts; each request checks the token again)."""
     import mcp_types as types
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
@@ -135,6 +146,9 @@ def serve_stdio(tools: WorkspaceTools, token: str) -> None:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
+    # stdout carries the protocol: every log line goes to stderr.
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logger.info("serving workspace %s over stdio", workspace_id)
     anyio.run(serve)
 
 
@@ -186,62 +200,11 @@ def http_app(tools: WorkspaceTools, *, host: str, only_workspace: int | None) ->
     return authenticated
 
 
-@click.command("mcp")
-@click.option(
-    "--token",
-    envvar=TOKEN_ENV,
-    show_envvar=True,
-    default=None,
-    help=f"A workspace API token. Prefer ${TOKEN_ENV}: a command line is visible to anyone running `ps`. "
-    "Required on stdio; with --http, only that token's workspace is served.",
-)
-@click.option(
-    "--http",
-    "over_http",
-    is_flag=True,
-    help=f"Serve streamable HTTP at {MCP_PATH}; every request sends `Authorization: Bearer <workspace token>`.",
-)
-@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address to listen on.")
-@click.option(
-    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="With --http: the port to listen on."
-)
-def mcp_command(token: str | None, over_http: bool, host: str, port: int) -> None:
-    """Serve the chat tools (runs, page changes, cost totals) over MCP, answering for one token's workspace.
+def serve_http(tools: WorkspaceTools, settings: Settings, *, host: str, port: int, only_workspace: int | None) -> None:
+    """Serve streamable HTTP at `MCP_PATH` on host:port under the deployment's request limits, until stopped."""
+    from pipelines_dagster.edge.limits import RequestLimits
+    from pipelines_dagster.edge.server import serve
 
-    On stdio (the default) the client starts this command and the token is its workspace's; with
-    --http, each request's bearer token decides its workspace.
-    """
-    # Imported on use: cli.py imports this module to register the command.
-    from pipelines_dagster.cli import open_sessions, user_errors
-    from pipelines_dagster.history import RunHistory
-    from pipelines_dagster.instance import dagster_instance
-    from pipelines_dagster.settings import DAGSTER_URL_ENV, load_settings
-
-    if token is None and not over_http:
-        raise click.UsageError(f"give the workspace's API token in ${TOKEN_ENV} (or --token)")
-
-    @user_errors
-    def start() -> None:
-        settings = load_settings()
-        sessions = open_sessions(settings)
-        try:
-            token_workspace_id = token_workspace(sessions, token) if token is not None else None
-        except InvalidTokenError as exc:
-            raise click.ClickException(str(exc)) from None
-        history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
-        tools = WorkspaceTools(history, sessions)
-        if over_http:
-            from pipelines_dagster.edge.limits import RequestLimits
-            from pipelines_dagster.edge.server import serve
-
-            app = http_app(tools, host=host, only_workspace=token_workspace_id)
-            bounded = RequestLimits(app, max_headers=settings.max_headers, max_body_bytes=settings.max_body_bytes)
-            serve(bounded, host=host, port=port, settings=settings)
-        else:
-            assert token is not None  # required without --http, above
-            # stdout carries the protocol: every log line goes to stderr.
-            logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-            logger.info("serving workspace %s over stdio", token_workspace_id)
-            serve_stdio(tools, token)
-
-    start()
+    app = http_app(tools, host=host, only_workspace=only_workspace)
+    bounded = RequestLimits(app, max_headers=settings.max_headers, max_body_bytes=settings.max_body_bytes)
+    serve(bounded, host=host, port=port, settings=settings)

@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipelines_dagster.core.crawl.site.config import DEFAULT_MAX_PAGES_CAP
+from pipelines_dagster.core.errors import UserError
 from pipelines_dagster.core.triggers.fires import Budget
 
 ENV_PREFIX = "PIPELINES_"
@@ -19,8 +20,8 @@ ENV_PREFIX = "PIPELINES_"
 DAGSTER_URL_ENV = f"{ENV_PREFIX}DAGSTER_URL"
 
 
-class SettingsError(ValueError):
-    """A PIPELINES_* variable holds a value we cannot use; the message names it."""
+class SettingsError(UserError, ValueError):
+    """A PIPELINES_* variable holds a value we cannot use; the message names it and its operator can fix it."""
 
 
 class Settings(BaseSettings):

@@ -1,4 +1,5 @@
-"""Every CLI command, its JSON output, and its bad-input path (one-line reason, nothing written)."""
+"""Every CLI command, its JSON output (the API's answer for the same row), and its bad-input path (one-line
+reason, nothing written)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,29 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from pipelines_dagster.api.app import create_app
+from pipelines_dagster.api.schemas.common import DeletedOut
+from pipelines_dagster.api.schemas.credits import CreditsGrantOut
+from pipelines_dagster.api.schemas.database import DatabaseOut
+from pipelines_dagster.api.schemas.templates import SeedOut, TemplateList
+from pipelines_dagster.api.schemas.triggers import NewWebhookOut, RotatedOut
+from pipelines_dagster.api.schemas.workspaces import NewWorkspaceOut
 from pipelines_dagster.app_db.engine import create_engine, session_factory
 from pipelines_dagster.app_db.models import Connector, Pipeline
-from pipelines_dagster.cli import main
+from pipelines_dagster.cli.main import main
 from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.settings import load_settings
 from tests.support.db import row_counts
 
 
@@ -51,6 +64,24 @@ def cli(tmp_path, monkeypatch):
 def workspace(cli) -> dict:
     cli("db", "upgrade")
     return cli.json("workspace", "create", "--name", "Acme", "--owner", "user-1")
+
+
+@pytest.fixture
+def api(cli, workspace, tmp_path) -> Iterator[TestClient]:
+    """The HTTP API over the CLI's own app database and Dagster instance, called with the workspace's token."""
+    import dagster as dg
+
+    with (
+        dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance,
+        TestClient(create_app(settings=load_settings(), instance=instance)) as client,
+    ):
+        client.headers["Authorization"] = f"Bearer {workspace['api_token']}"
+        yield client
+
+
+def as_model(model: type[BaseModel], shown: dict[str, Any]) -> dict[str, Any]:
+    """`shown` read as `model` and printed again: equal to `shown` only when it holds exactly the model's fields."""
+    return model.model_validate(shown).model_dump(mode="json")
 
 
 def test_db_upgrade_creates_the_schema_and_is_repeatable(cli):
@@ -166,11 +197,9 @@ def test_pipeline_create_with_folder_and_cron_schedule(cli, workspace, connector
     )
     assert made["save_to_kb"] is True and made["enabled"] is True
     # 02:30 in Stockholm is 01:30 UTC in winter (CET, UTC+1).
-    assert made["next_fire_at"].endswith("01:30:00+00:00")
+    assert made["schedule"]["next_fire_at"].endswith("T01:30:00Z")
     with cli.engine().connect() as conn:
-        folder = conn.execute(
-            sa.text("SELECT id, name FROM folders WHERE id = :id"), {"id": made["destination_folder_id"]}
-        ).one()
+        folder = conn.execute(sa.text("SELECT id, name FROM folders WHERE id = :id"), {"id": made["folder_id"]}).one()
         trigger = conn.execute(
             sa.text(
                 "SELECT kind, cron, timezone, interval_minutes FROM pipeline_triggers "
@@ -178,7 +207,7 @@ def test_pipeline_create_with_folder_and_cron_schedule(cli, workspace, connector
             ),
             {"id": made["id"]},
         ).one()
-    assert tuple(folder) == (made["destination_folder_id"], "Docs")
+    assert tuple(folder) == (made["folder_id"], "Docs")
     assert tuple(trigger) == ("schedule", "30 2 * * *", "Europe/Stockholm", None)
 
 
@@ -197,7 +226,7 @@ def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
         "15",
         "--disabled",
     )
-    assert (made["save_to_kb"], made["enabled"], made["destination_folder_id"]) == (False, False, None)
+    assert (made["save_to_kb"], made["enabled"], made["folder_id"]) == (False, False, None)
     plain = cli.json(
         "pipeline",
         "create",
@@ -208,7 +237,7 @@ def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
         "--name",
         "manual only",
     )
-    assert plain["next_fire_at"] is None
+    assert plain["schedule"] is None
     assert plain["retry_policy"]["backoff"] == "exponential" and plain["retry_policy"]["max_retries"] == 3
 
 
@@ -426,17 +455,23 @@ def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, co
     assert partitions(tmp_path) == [str(made["id"])]
 
 
-def own_indexing_connector(cli, ws: str) -> dict:
-    """A web connector with its own periodic indexing (a system-managed pipeline)."""
+def own_indexing_connector(cli, ws: str) -> tuple[dict, int]:
+    """A web connector with its own periodic indexing, and the id of that (system-managed) pipeline."""
     command = f"connector create --workspace {ws} --type webcrawler --url https://example.com/ --index-every-minutes 60"
-    return cli.json(*command.split())
+    made = cli.json(*command.split())
+    [own] = [
+        pipeline["id"]
+        for pipeline in cli.json("pipeline", "list", "--workspace", ws)["pipelines"]
+        if pipeline["system_managed"] and pipeline["connector_id"] == made["id"]
+    ]
+    return made, own
 
 
 def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
     ws = str(workspace["id"])
-    own = own_indexing_connector(cli, ws)
-    assert own["periodic_indexing_enabled"] is True and len(own["pipeline_ids"]) == 1
-    assert partitions(tmp_path) == [str(own["pipeline_ids"][0])]
+    own, own_pipeline = own_indexing_connector(cli, ws)
+    assert own["periodic_indexing_enabled"] is True
+    assert partitions(tmp_path) == [str(own_pipeline)]
 
     def schedule_enabled() -> bool:
         with cli.engine().connect() as conn:
@@ -568,7 +603,7 @@ def api_fields(model) -> set[str]:
 
 
 def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspace, connector):
-    from pipelines_dagster.api.schemas import PipelineList, PipelineOut, ScheduleOut
+    from pipelines_dagster.api.schemas.pipelines import PipelineList, PipelineOut, ScheduleOut
 
     ws = str(workspace["id"])
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
@@ -676,8 +711,7 @@ def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, work
 
 def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
     ws = str(workspace["id"])
-    own = own_indexing_connector(cli, ws)
-    [system_id] = own["pipeline_ids"]
+    _, system_id = own_indexing_connector(cli, ws)
     before = row_counts(cli.engine())
     for command in (["update", "--name", "mine"], ["disable"], ["delete"]):
         result = cli("pipeline", command[0], "--workspace", ws, str(system_id), *command[1:], ok=False)
@@ -686,7 +720,7 @@ def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
     assert cli.json("pipeline", "show", "--workspace", ws, str(system_id))["system_managed"] is True
 
 
-def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, tmp_path):
+def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, tmp_path, api):
     import dagster as dg
 
     from pipelines_dagster.history import PipelineRunView, RunPage
@@ -708,6 +742,7 @@ def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, 
         ]
     first = cli.json("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--limit", "1")
     assert set(first) == set(RunPage.model_fields) and set(first["runs"][0]) == set(PipelineRunView.model_fields)
+    assert first == api.get(f"/workspaces/{ws}/pipelines/{made['id']}/runs", params={"limit": 1}).json()
     assert [run["run_id"] for run in first["runs"]] == [run_ids[1]] and first["runs"][0]["status"] == "succeeded"
     rest = cli.json("runs", "--workspace", str(ws), "--pipeline", str(made["id"]), "--cursor", first["next_cursor"])
     assert [run["run_id"] for run in rest["runs"]] == [run_ids[0]] and rest["next_cursor"] is None
@@ -731,7 +766,7 @@ def test_a_site_connector_is_created_with_its_bounds(cli, workspace):
     site = "--site https://docs.example.com/ --max-depth 2 --max-pages 300 --include /docs/** --exclude /docs/old/*"
     bounds = "--subdomains --drop-query-params utm_source"
     created = cli.json(*f"connector create --workspace {ws} --type webcrawler {site} {bounds}".split())
-    assert created["mode"] == "site" and created["urls"] == []
+    assert created["mode"] == "site" and created["urls"] is None
     assert created["site"] == {
         "start_urls": ["https://docs.example.com/"],
         "max_depth": 2,
@@ -823,9 +858,11 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     assert cli.json("pipeline", "show", "--workspace", ws, str(watch["id"]))["enabled"] is True
 
 
-def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
+def test_the_run_now_command_and_its_launch_start_without_loading_dagster():
     # Most of the ten seconds a manual run may take to start, on a busy machine, was importing Dagster.
-    script = "import json, sys, pipelines_dagster.cli, pipelines_dagster.launch; print(json.dumps(sorted(sys.modules)))"
+    script = (
+        "import json, sys, pipelines_dagster.cli.runs, pipelines_dagster.launch; print(json.dumps(sorted(sys.modules)))"
+    )
     loaded = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
@@ -833,5 +870,108 @@ def test_the_cli_and_a_run_now_launch_start_without_loading_dagster():
         check=True,
     ).stdout
     modules = set(json.loads(loaded))
-    assert "pipelines_dagster.cli" in modules
+    assert "pipelines_dagster.cli.runs" in modules
     assert not {module for module in modules if module == "dagster" or module.startswith(("dagster.", "dagster_"))}
+
+
+def test_pipeline_commands_print_what_the_api_answers_for_the_same_pipeline(cli, workspace, connector, api):
+    ws = str(workspace["id"])
+    pipelines = f"/workspaces/{ws}/pipelines"
+    schedule = ["--cron", "30 2 * * *", "--timezone", "UTC"]
+    args = ["--workspace", ws, "--connector", str(connector["id"]), "--folder", "Docs", *schedule]
+    made = cli.json("pipeline", "create", *args, "--name", "docs", "--retry-backoff", "linear")
+    assert made == api.get(f"{pipelines}/{made['id']}").json()
+    body = {"connector_id": connector["id"], "folder": "Docs", "schedule": {"cron": "30 2 * * *", "timezone": "UTC"}}
+    posted = api.post(pipelines, json={"name": "api", **body})
+    assert posted.status_code == 201 and set(posted.json()) == set(made)
+    assert {key: posted.json()[key] for key in ("folder_id", "schedule")} == {
+        key: made[key] for key in ("folder_id", "schedule")
+    }
+    for command in (["update", "--name", "renamed", "--every-minutes", "15"], ["disable"], ["enable"], ["show"]):
+        shown = cli.json("pipeline", command[0], "--workspace", ws, str(made["id"]), *command[1:])
+        assert shown == api.get(f"{pipelines}/{made['id']}").json(), command
+    assert cli.json("pipeline", "list", "--workspace", ws) == api.get(pipelines).json()
+    deleted = cli.json("pipeline", "delete", "--workspace", ws, str(made["id"]))
+    assert as_model(DeletedOut, deleted) == deleted == {"id": made["id"], "deleted": True}
+    assert api.get(f"{pipelines}/{made['id']}").status_code == 404
+
+
+def test_connector_create_prints_what_the_api_answers_for_the_connector(cli, workspace, api):
+    ws = str(workspace["id"])
+    for bounds in (
+        ["--url", "https://example.com/a", "--index-every-minutes", "60"],
+        ["--site", "https://docs.example.com/", "--max-depth", "2", "--include", "/docs/**"],
+    ):
+        made = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler", *bounds)
+        assert made == api.get(f"/workspaces/{ws}/connectors/{made['id']}").json()
+
+
+def test_trigger_and_event_commands_print_what_the_api_answers(cli, workspace, connector, api):
+    ws = str(workspace["id"])
+    made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
+    triggers = f"/workspaces/{ws}/pipelines/{made['id']}/triggers"
+    of_pipeline = ["--workspace", ws, "--pipeline", str(made["id"])]
+
+    def listed(trigger_id: int) -> dict[str, Any]:
+        return next(trigger for trigger in api.get(triggers).json()["triggers"] if trigger["id"] == trigger_id)
+
+    hook = cli.json("trigger", "create", *of_pipeline, "--kind", "webhook")
+    assert as_model(NewWebhookOut, hook) == hook
+    assert {key: value for key, value in hook.items() if key not in {"webhook_path", "secret"}} == listed(hook["id"])
+    subscribed = cli.json("trigger", "create", *of_pipeline, "--kind", "event", "--event-type", "document.uploaded")
+    assert subscribed == listed(subscribed["id"])
+    [manual] = [trigger for trigger in api.get(triggers).json()["triggers"] if trigger["kind"] == "manual"]
+    assert api.delete(f"{triggers}/{manual['id']}").status_code == 204
+    again = cli.json("trigger", "create", *of_pipeline, "--kind", "manual")
+    assert again == listed(again["id"])
+    rotated = cli.json("trigger", "rotate-secret", *of_pipeline, "--trigger", str(hook["id"]))
+    assert as_model(RotatedOut, rotated) == rotated
+    assert {key: value for key, value in rotated.items() if key != "secret"} == listed(hook["id"])
+    assert cli.json("trigger", "disable", *of_pipeline, "--trigger", str(again["id"])) == listed(again["id"])
+    assert cli.json("trigger", "list", *of_pipeline) == api.get(triggers).json()
+
+    recorded = cli.json("event", "emit", "--workspace", ws, "--type", "refresh.requested")
+    answered = api.post(f"/workspaces/{ws}/events", json={"event_type": "refresh.requested"})
+    assert answered.status_code == 202 and set(answered.json()) == set(recorded)
+    assert (answered.json()["event_id"], recorded["event_type"]) == (recorded["event_id"] + 1, "refresh.requested")
+
+
+@pytest.fixture
+def billing_on(monkeypatch) -> None:
+    """Crawls are charged: asked for before `api`, so the API's settings have it too."""
+    monkeypatch.setenv("PIPELINES_BILLING_ENABLED", "true")
+
+
+def test_credits_and_costs_print_what_the_api_answers(billing_on, cli, workspace, connector, api):
+    ws = workspace["id"]
+    granted = cli.json("credits", "grant", "--workspace", str(ws), "--micros", "5000")
+    assert (
+        as_model(CreditsGrantOut, granted)
+        == granted
+        == {
+            "workspace_id": ws,
+            "granted_micros": 5000,
+            "balance_micros": 5000,
+        }
+    )
+    made = cli.json("pipeline", "create", "--workspace", str(ws), "--connector", str(connector["id"]), "--name", "p")
+    billing = Billing(session_factory(cli.engine()), enabled=True, micros_per_crawl=1000)
+    billing.reserve(ws, 2, idempotency_key=f"run:{ws}", run_id="run")
+    billing.charge(ws, 2000, idempotency_key=f"run:{ws}", usage={"pipeline_id": made["id"], "run_id": "run"})
+    shown = cli.json("credits", "show", "--workspace", str(ws))
+    assert shown == api.get(f"/workspaces/{ws}/credits").json() and shown["balance_micros"] == 3000
+    window = ["--since", "2026-01-01", "--until", "2100-01-01"]
+    charged = cli.json("costs", "--workspace", str(ws), *window)
+    assert charged["micros"] == 2000 and [cost["pipeline_id"] for cost in charged["pipelines"]] == [made["id"]]
+    params = {"since": "2026-01-01T00:00:00Z", "until": "2100-01-01T00:00:00Z"}
+    assert charged == api.get(f"/workspaces/{ws}/costs", params=params).json()
+
+
+def test_commands_without_an_api_route_print_a_model_of_api_schemas(cli, workspace):
+    upgraded = cli.json("db", "upgrade")
+    assert as_model(DatabaseOut, upgraded) == upgraded and upgraded["status"] == "current"
+    assert as_model(NewWorkspaceOut, workspace) == workspace
+    listed = cli.json("templates", "list")
+    assert as_model(TemplateList, listed) == listed
+    seeded = cli.json("templates", "seed", "--workspace", str(workspace["id"]))
+    assert as_model(SeedOut, seeded) == seeded

@@ -15,18 +15,27 @@ import pytest
 import sqlalchemy as sa
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from pipelines_dagster.api.notifications import EndpointOut, NewEndpointOut, NotificationDeliveryOut, RotatedEndpointOut
+from pipelines_dagster.api.schemas.common import DeletedOut
+from pipelines_dagster.api.schemas.notifications import (
+    EndpointOut,
+    NewEndpointOut,
+    NotificationDeliveryDetail,
+    NotificationDeliveryOut,
+    NotificationDeliveryPage,
+    RedriveOut,
+    RotatedEndpointOut,
+)
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.models import NotificationEndpoint
 from pipelines_dagster.notifications.events import queue_run_ended
 from pipelines_dagster.notifications.payloads import CrawlCounts, DocumentCounts, RunEventData
-from pipelines_dagster.resources import build_resources
+from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.sensors.notifications import notification_sender
 from pipelines_dagster.settings import load_settings
 from tests.support.db import row_counts
 from tests.support.web import Reply, Request, WebServer, confine_to_loopback
+from tests.test_cli import api, as_model, connector, workspace  # noqa: F401  (fixtures)
 from tests.test_cli import cli as sqlite_cli  # noqa: F401  (fixture)
-from tests.test_cli import connector, workspace  # noqa: F401  (fixtures)
 
 HOOK = "/hook"
 # A public address: an endpoint may point at it, and creating one sends nothing.
@@ -82,7 +91,7 @@ def verified(request: Request, secret: str) -> dict[str, Any]:
 
 def deliveries(cli, workspace_id: int, endpoint_id: int, *extra: str) -> list[dict[str, Any]]:
     listed = cli.json("notification", "deliveries", "--workspace", str(workspace_id), str(endpoint_id), *extra)
-    assert listed["id"] == endpoint_id
+    assert set(listed) == set(NotificationDeliveryPage.model_fields)
     return listed["deliveries"]
 
 
@@ -96,7 +105,7 @@ def sensor_tick() -> str | None:
 def test_create_show_list_and_delete(cli, workspace, connector):
     ws = workspace["id"]
     made = cli.json("pipeline", "create", "--workspace", str(ws), "--connector", str(connector["id"]), "--name", "p")
-    assert cli.json("notification", "list", "--workspace", str(ws)) == {"id": ws, "endpoints": []}
+    assert cli.json("notification", "list", "--workspace", str(ws)) == {"endpoints": []}
     created = create(
         cli,
         ws,
@@ -115,7 +124,7 @@ def test_create_show_list_and_delete(cli, workspace, connector):
     shown = cli.json("notification", "show", "--workspace", str(ws), str(created["id"]))
     assert set(shown) == set(EndpointOut.model_fields)
     assert shown == {key: value for key, value in created.items() if key != "secret"}
-    assert cli.json("notification", "list", "--workspace", str(ws)) == {"id": ws, "endpoints": [shown]}
+    assert cli.json("notification", "list", "--workspace", str(ws)) == {"endpoints": [shown]}
     line = cli("notification", "list", "--workspace", str(ws)).output
     assert line.startswith(f"{created['id']}\t{PUBLIC_URL}\tenabled\trun.failed, credits.low of pipelines {made['id']}")
     assert line.rstrip().endswith("credits below 5000 micros\ton-call")
@@ -204,7 +213,9 @@ def test_the_test_delivery_verifies_with_the_printed_secret(cli, workspace, rece
     ws = workspace["id"]
     created = create(cli, ws, receiver.url(HOOK), "--event", "run.succeeded")
     sent = cli.json("notification", "test", "--workspace", str(ws), str(created["id"]))
-    assert set(sent) == set(NotificationDeliveryOut.model_fields)
+    assert set(sent) == set(NotificationDeliveryDetail.model_fields)
+    [attempt] = sent["attempt_log"]
+    assert (attempt["status_code"], attempt["succeeded"]) == (204, True)
     assert (sent["event_type"], sent["status"], sent["attempts"], sent["last_status_code"], sent["last_error"]) == (
         "notification.test",
         "succeeded",
@@ -247,7 +258,7 @@ def test_a_failed_test_delivery_exits_non_zero_and_is_logged(cli, workspace, rec
     assert verified(request, created["secret"])["type"] == "notification.test"
 
     [logged] = deliveries(cli, ws, created["id"])
-    assert logged == sent
+    assert logged == {field: value for field, value in sent.items() if field in NotificationDeliveryOut.model_fields}
     line = cli("notification", "deliveries", "--workspace", str(ws), str(created["id"])).output.strip()
     assert line == f"{sent['id']}\tnotification.test\tfailed\t1 attempt\tHTTP 503\t{request.headers['webhook-id']}"
 
@@ -353,7 +364,7 @@ def test_disable_fails_pending_deliveries_and_redrive_resends_them_under_their_w
     enabled = cli.json("notification", "enable", "--workspace", str(ws), endpoint_id)
     assert (enabled["enabled"], enabled["disabled_reason"]) == (True, None)
     redrive = ["notification", "redrive", "--workspace", str(ws), endpoint_id]
-    assert cli.json(*redrive) == {"id": created["id"], "redriven": 1}
+    assert cli.json(*redrive) == {"redriven": 1}
     [redriven] = deliveries(cli, ws, created["id"])
     assert (redriven["status"], redriven["attempts"], redriven["message_id"]) == ("pending", 0, failed["message_id"])
     assert len(posts(receiver)) == 1
@@ -414,3 +425,37 @@ def test_delete_takes_the_deliveries_and_their_log_with_it(cli, workspace, recei
         before["notification_deliveries"],
         before["notification_attempts"],
     )
+
+
+def test_notification_commands_print_what_the_api_answers(cli, workspace, receiver, api):
+    ws = workspace["id"]
+    endpoints = f"/workspaces/{ws}/notifications"
+    created = create(cli, ws, receiver.url(HOOK), "--event", "run.failed", "--description", "on-call")
+    endpoint, by_id = f"{endpoints}/{created['id']}", ["--workspace", str(ws), str(created["id"])]
+    assert as_model(NewEndpointOut, created) == created
+    assert {key: value for key, value in created.items() if key != "secret"} == api.get(endpoint).json()
+    assert cli.json("notification", "list", "--workspace", str(ws)) == api.get(endpoints).json()
+    for command in ("show", "disable", "enable"):
+        assert cli.json("notification", command, *by_id) == api.get(endpoint).json(), command
+    rotated = cli.json("notification", "rotate-secret", *by_id)
+    assert as_model(RotatedEndpointOut, rotated) == rotated
+    assert {key: value for key, value in rotated.items() if key != "secret"} == api.get(endpoint).json()
+
+    sent = [cli.json("notification", "test", *by_id) for _ in range(3)]
+    for delivery in sent:
+        assert delivery == api.get(f"{endpoint}/deliveries/{delivery['id']}").json()
+    first = cli.json("notification", "deliveries", *by_id, "--limit", "2")
+    assert first == api.get(f"{endpoint}/deliveries", params={"limit": 2}).json()
+    assert first["next_cursor"] == str(sent[1]["id"])
+    rest = cli.json("notification", "deliveries", *by_id, "--limit", "2", "--cursor", first["next_cursor"])
+    assert rest == api.get(f"{endpoint}/deliveries", params={"limit": 2, "cursor": first["next_cursor"]}).json()
+    assert rest["next_cursor"] is None
+    assert [delivery["id"] for delivery in first["deliveries"] + rest["deliveries"]] == [d["id"] for d in sent[::-1]]
+    assert f"more: --cursor {sent[1]['id']}" in cli("notification", "deliveries", *by_id, "--limit", "2").output
+
+    with transaction(session_factory(cli.engine())) as session:
+        [queued] = queue_run_ended(session, run_failed(ws))
+    redriven = cli.json("notification", "redrive", *by_id, "--delivery", str(queued))
+    assert as_model(RedriveOut, redriven) == redriven == {"redriven": 1}
+    deleted = cli.json("notification", "delete", *by_id)
+    assert as_model(DeletedOut, deleted) == deleted and api.get(endpoint).status_code == 404

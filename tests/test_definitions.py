@@ -13,9 +13,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from pipelines_dagster.resources import build_resources
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
+from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.resources.locks import DatabaseLocksResource, RedisLocksResource
 from pipelines_dagster.settings import ENV_PREFIX, load_settings
 

@@ -25,15 +25,15 @@ from pipelines_dagster.api import (
 )
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
-from pipelines_dagster.app_db.engine import create_engine, session_factory
-from pipelines_dagster.app_db.migrate import require_current
+from pipelines_dagster.app_db.engine import session_factory
+from pipelines_dagster.app_db.migrate import current_engine
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.edge.limits import RequestLimits
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.notifications.sender import Sender
-from pipelines_dagster.resources import build_resources
+from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.settings import DAGSTER_URL_ENV, Settings, load_settings
 
 DESCRIPTION = """\
@@ -88,8 +88,7 @@ def create_app(
     Fails at once, with what to run, when the app database is not migrated.
     """
     settings = settings or load_settings()
-    engine = create_engine(settings.resolved_database_url)
-    require_current(engine)
+    engine = current_engine(settings.resolved_database_url)
     owns_instance = instance is None
     if instance is None:
         instance = dagster_instance(settings)

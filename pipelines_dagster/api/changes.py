@@ -5,29 +5,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import AwareDatetime, BaseModel, Field
-from pydantic.json_schema import SkipJsonSchema
+from pydantic import AwareDatetime
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
+from pipelines_dagster.api.paging import Cursor, keyset_page
 from pipelines_dagster.api.pipelines import PipelineId
-from pipelines_dagster.api.schemas import InUtc, IsoText
+from pipelines_dagster.api.schemas.changes import PageChangeOut, PageChangePage
+from pipelines_dagster.api.schemas.common import InUtc, IsoText
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
-from pipelines_dagster.core.kb.changes import MAX_LIMIT, ChangeStatus, PageChangeView, get_change, list_changes
+from pipelines_dagster.core.kb.changes import MAX_LIMIT, ChangeStatus, get_change, list_changes
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["changes"])
-
-
-class PageChangeOut(PageChangeView):
-    # The route names its pipeline already.
-    pipeline_id: SkipJsonSchema[int] = Field(exclude=True)
-
-
-class PageChangePage(BaseModel):
-    changes: list[PageChangeOut]
-    next_cursor: str | None
 
 
 @router.get("/{pipeline_id}/changes", responses=responses(401, 404, 422, 503))
@@ -43,25 +34,25 @@ def list_page_changes(
         Query(description="Only changes observed at or after this time, with its UTC offset."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Changes per page.")] = 20,
-    cursor: Annotated[
-        str | None, Query(pattern=r"^[0-9]{1,18}$", description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: Cursor = None,
 ) -> PageChangePage:
     """The pipeline's page changes, newest first; a changed page carries a unified diff (capped at 64 KiB)."""
     with api.sessions() as session:
         get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-        rows, next_id = list_changes(
-            session,
-            workspace_id=workspace_id,
-            pipeline_id=pipeline_id,
-            status=status,
-            since=since,
-            before_id=int(cursor) if cursor else None,
-            limit=limit,
+        rows, next_cursor = keyset_page(
+            lambda before_id: list_changes(
+                session,
+                workspace_id=workspace_id,
+                pipeline_id=pipeline_id,
+                status=status,
+                since=since,
+                before_id=before_id,
+                limit=limit,
+            ),
+            cursor,
         )
     return PageChangePage(
-        changes=[PageChangeOut.model_validate(row, from_attributes=True) for row in rows],
-        next_cursor=str(next_id) if next_id is not None else None,
+        changes=[PageChangeOut.model_validate(row, from_attributes=True) for row in rows], next_cursor=next_cursor
     )
 
 

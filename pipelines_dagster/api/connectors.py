@@ -15,7 +15,7 @@ from pipelines_dagster import services
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas import ConnectorCreate, ConnectorList, ConnectorOut
+from pipelines_dagster.api.schemas.connectors import ConnectorCreate, ConnectorList, ConnectorOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.core.catalog import connectors
 from pipelines_dagster.core.crawl.site.config import site_for

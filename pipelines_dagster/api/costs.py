@@ -2,49 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas import InUtc, IsoText
+from pipelines_dagster.api.schemas.common import InUtc, IsoText
+from pipelines_dagster.api.schemas.costs import CostTotalsOut
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
-from pipelines_dagster.core.ledger.costs import CostTotals, cost_totals
+from pipelines_dagster.core.ledger.costs import cost_totals
 from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}", tags=["costs"])
 
 Moment = Annotated[AwareDatetime | None, IsoText, InUtc]
-
-
-class PipelineCostOut(BaseModel):
-    pipeline_id: int | None = Field(description="null for charges the ledger names no pipeline for.")
-    pipeline_name: str | None = Field(description="null when the pipeline has been deleted since.")
-    micros: int
-    charges: int
-
-
-class CostTotalsOut(BaseModel):
-    since: datetime | None
-    until: datetime | None
-    micros: int = Field(description="Every crawl charge in the range, in micro-credits: the ledger's sum.")
-    charges: int
-    pipelines: list[PipelineCostOut] = Field(description="The same charges by pipeline, dearest first.")
-
-    @classmethod
-    def of(cls, totals: CostTotals) -> CostTotalsOut:
-        return cls(
-            since=totals.since,
-            until=totals.until,
-            micros=totals.micros,
-            charges=totals.charges,
-            pipelines=[PipelineCostOut(**asdict(cost)) for cost in totals.pipelines],
-        )
 
 
 @router.get("/costs", responses=responses(401, 404, 422))

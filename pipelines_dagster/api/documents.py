@@ -9,8 +9,9 @@ from fastapi import APIRouter, Query
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
+from pipelines_dagster.api.paging import Cursor, keyset_page
 from pipelines_dagster.api.pipelines import PipelineId
-from pipelines_dagster.api.schemas import DocumentPage
+from pipelines_dagster.api.schemas.documents import DocumentPage
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
 from pipelines_dagster.core.kb.documents import MAX_LIMIT, DocumentListState, list_documents
 
@@ -27,19 +28,20 @@ def list_pipeline_documents(
         Query(description="Only documents in this state; `archived` ones are not counted in the others."),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Documents per page.")] = 20,
-    cursor: Annotated[
-        str | None, Query(pattern=r"^[0-9]{1,18}$", description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: Cursor = None,
 ) -> DocumentPage:
     """The pipeline's documents, newest first, without their content; an archived one names the run that archived it."""
     with api.sessions() as session:
         get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-        rows, next_id = list_documents(
-            session,
-            workspace_id=workspace_id,
-            pipeline_id=pipeline_id,
-            state=state,
-            before_id=int(cursor) if cursor else None,
-            limit=limit,
+        rows, next_cursor = keyset_page(
+            lambda before_id: list_documents(
+                session,
+                workspace_id=workspace_id,
+                pipeline_id=pipeline_id,
+                state=state,
+                before_id=before_id,
+                limit=limit,
+            ),
+            cursor,
         )
-    return DocumentPage(documents=rows, next_cursor=str(next_id) if next_id is not None else None)
+    return DocumentPage(documents=rows, next_cursor=next_cursor)

@@ -1,7 +1,8 @@
 """Every error as JSON `{"detail": ...}`: a sentence, or for 422 a list of `{"field", "message"}`.
 
-Domain errors raised anywhere below a route map to one status here, so routes
-stay free of try/except, and the OpenAPI declarations sit next to the mapping.
+A user error raised anywhere below a route maps to one status here by its base class in `core.errors`
+(invalid input, not found, conflict), so routes stay free of try/except and a new error type needs no
+entry; the OpenAPI declarations sit next to the mapping.
 """
 
 from __future__ import annotations
@@ -19,12 +20,9 @@ from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from pipelines_dagster.api.schemas import ErrorResponse, FieldError, ValidationErrorResponse
-from pipelines_dagster.core.catalog.pipelines import SystemManagedError
-from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
-from pipelines_dagster.core.run.plan import RunRefused
+from pipelines_dagster.api.schemas.errors import ErrorResponse, FieldError, ValidationErrorResponse
+from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
 from pipelines_dagster.launch import DagsterUnavailableError, LaunchFailedError
-from pipelines_dagster.notifications.endpoints import EndpointDisabledError
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +97,7 @@ async def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
     return _detail(status.HTTP_404_NOT_FOUND, str(exc))
 
 
-async def _conflict(request: Request, exc: RunRefused | SystemManagedError | EndpointDisabledError) -> JSONResponse:
+async def _conflict(request: Request, exc: ConflictError) -> JSONResponse:
     return _detail(status.HTTP_409_CONFLICT, str(exc))
 
 
@@ -183,9 +181,7 @@ def install_error_handlers(app: FastAPI) -> None:
     _handle(app, RequestValidationError, _request_invalid)
     _handle(app, InvalidInputError, _input_invalid)
     _handle(app, NotFoundError, _not_found)
-    _handle(app, RunRefused, _conflict)
-    _handle(app, SystemManagedError, _conflict)
-    _handle(app, EndpointDisabledError, _conflict)
+    _handle(app, ConflictError, _conflict)
     _handle(app, DagsterUnavailableError, _dagster_unavailable)
     _handle(app, LaunchFailedError, _launch_failed)
     _handle(app, sa.exc.OperationalError, _database_unreachable)

@@ -3,29 +3,33 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
-from pydantic import BaseModel, Field, Strict
-from sqlalchemy.orm import Session
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas import RequestBody
-from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import DeliveryStatus, NotificationDelivery, NotificationEndpoint
-from pipelines_dagster.core.security.signing import (
-    DEFAULT_ROTATION_OVERLAP_SECONDS,
-    MAX_ROTATION_OVERLAP_SECONDS,
-    previous_secret_expiry,
+from pipelines_dagster.api.paging import Cursor, keyset_page
+from pipelines_dagster.api.schemas.notifications import (
+    EndpointIn,
+    EndpointList,
+    EndpointOut,
+    EndpointRotateIn,
+    NewEndpointOut,
+    NotificationDeliveryDetail,
+    NotificationDeliveryOut,
+    NotificationDeliveryPage,
+    RedriveIn,
+    RedriveOut,
+    RotatedEndpointOut,
 )
-from pipelines_dagster.core.validation import MAX_ID, MAX_URL_LENGTH, Id
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.models import DeliveryStatus
+from pipelines_dagster.core.validation import MAX_ID
 from pipelines_dagster.notifications import endpoints
-from pipelines_dagster.notifications.endpoints import MAX_CREDITS_THRESHOLD_MICROS, MAX_LIMIT
+from pipelines_dagster.notifications.endpoints import MAX_LIMIT
 from pipelines_dagster.notifications.payloads import (
     TEST_EVENT,
     CreditsLowData,
@@ -35,7 +39,7 @@ from pipelines_dagster.notifications.payloads import (
     RunEventData,
     TestData,
 )
-from pipelines_dagster.notifications.sender import DISABLE_AFTER, MAX_ATTEMPTS, REQUEST_TIMEOUT_SECONDS
+from pipelines_dagster.notifications.sender import MAX_ATTEMPTS, REQUEST_TIMEOUT_SECONDS
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/notifications", tags=["notifications"])
 # Documentation only: what an endpoint receives, given to FastAPI as the OpenAPI `webhooks`.
@@ -43,167 +47,6 @@ messages = APIRouter(tags=["notifications"])
 
 EndpointId = Annotated[int, Path(ge=1, le=MAX_ID)]
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID)]
-# A request names at most a thousand pipelines (and a redrive a page of deliveries).
-MAX_PIPELINE_IDS = 1000
-
-
-class EndpointIn(RequestBody):
-    url: str = Field(
-        max_length=MAX_URL_LENGTH,
-        description="Where messages are POSTed: an absolute http(s) URL whose host resolves only to public "
-        "addresses (or to networks the deployment allows the crawler).",
-    )
-    # Strict(False) on the item: a field's strict=False does not reach into its list.
-    event_types: list[Annotated[NotificationEvent, Strict(False)]] = Field(
-        min_length=1, description="The events to hear of."
-    )
-    pipeline_ids: list[Id] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_PIPELINE_IDS,
-        description="Only the run and page events of these pipelines of the workspace; null for all of them.",
-    )
-    credits_below_micros: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_CREDITS_THRESHOLD_MICROS,
-        description="Required with credits.low, and only then: notify when a charge takes the balance from at "
-        "least this to under it, in micro-credits.",
-    )
-    description: str | None = Field(default=None, max_length=200)
-
-
-class EndpointOut(BaseModel):
-    id: int
-    url: str
-    description: str | None
-    event_types: list[str]
-    pipeline_ids: list[int] | None = Field(description="null: every pipeline of the workspace.")
-    credits_below_micros: int | None
-    enabled: bool
-    disabled_reason: str | None
-    failing_since: datetime | None = Field(
-        description="Since the first failed attempt after the last delivered one; null while deliveries succeed. "
-        f"An endpoint failing for {DISABLE_AFTER.days} days is disabled."
-    )
-    previous_secret_expires_at: datetime | None = Field(
-        description="After a secret rotation: until when messages are signed with the previous secret too."
-    )
-    created_at: datetime
-
-    @classmethod
-    def of(cls, endpoint: NotificationEndpoint) -> EndpointOut:
-        return cls(
-            id=endpoint.id,
-            url=endpoint.url,
-            description=endpoint.description,
-            event_types=endpoint.event_types,
-            pipeline_ids=endpoint.pipeline_ids,
-            credits_below_micros=endpoint.credits_below_micros,
-            enabled=endpoint.enabled,
-            disabled_reason=endpoint.disabled_reason,
-            failing_since=endpoint.failing_since,
-            previous_secret_expires_at=previous_secret_expiry(endpoint.signing_secrets, datetime.now(UTC)),
-            created_at=endpoint.created_at,
-        )
-
-
-class NewEndpointOut(EndpointOut):
-    secret: str = Field(description="The whsec_ secret messages are signed with; shown once.")
-
-
-class EndpointList(BaseModel):
-    endpoints: list[EndpointOut]
-
-
-class EndpointRotateIn(RequestBody):
-    overlap_seconds: int = Field(
-        default=DEFAULT_ROTATION_OVERLAP_SECONDS,
-        ge=0,
-        le=MAX_ROTATION_OVERLAP_SECONDS,
-        description="How long messages are signed with the secrets the endpoint had until now as well.",
-    )
-
-
-class RotatedEndpointOut(EndpointOut):
-    secret: str = Field(description="The new whsec_ signing secret; shown once.")
-
-
-class DeliveryAttemptOut(BaseModel):
-    attempted_at: datetime
-    status_code: int | None = Field(description="The endpoint's answer; null when none came.")
-    error: str | None = Field(description="Why the attempt failed; null when it delivered.")
-    duration_ms: int
-    succeeded: bool
-
-
-class NotificationDeliveryOut(BaseModel):
-    id: int
-    event_type: str
-    message_id: str = Field(description="The webhook-id header: the same on every attempt and redrive.")
-    status: DeliveryStatus = Field(
-        description="pending: waiting for its next attempt. failed: out of attempts, or the endpoint was disabled."
-    )
-    attempts: int = Field(description=f"Attempts since it was queued or last redriven; {MAX_ATTEMPTS} at most.")
-    next_attempt_at: datetime | None
-    last_status_code: int | None
-    last_error: str | None
-    created_at: datetime
-    delivered_at: datetime | None
-
-    @classmethod
-    def of(cls, delivery: NotificationDelivery) -> NotificationDeliveryOut:
-        return cls(
-            id=delivery.id,
-            event_type=delivery.event_type,
-            message_id=delivery.message_id,
-            status=DeliveryStatus(delivery.status),
-            attempts=delivery.attempts,
-            next_attempt_at=delivery.next_attempt_at,
-            last_status_code=delivery.last_status_code,
-            last_error=delivery.last_error,
-            created_at=delivery.created_at,
-            delivered_at=delivery.delivered_at,
-        )
-
-
-class NotificationDeliveryDetail(NotificationDeliveryOut):
-    payload: dict[str, Any] = Field(description="The body as sent, byte for byte on every attempt: a message below.")
-    attempt_log: list[DeliveryAttemptOut] = Field(description="Every request sent, oldest first.")
-
-
-class NotificationDeliveryPage(BaseModel):
-    deliveries: list[NotificationDeliveryOut]
-    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")
-
-
-class RedriveIn(RequestBody):
-    delivery_ids: list[Id] | None = Field(
-        default=None,
-        max_length=MAX_LIMIT,
-        description="Deliveries of this endpoint to send again, whatever their status; null: every failed one.",
-    )
-
-
-class RedriveOut(BaseModel):
-    redriven: int = Field(description="Deliveries made pending again, due now.")
-
-
-def _delivery_detail(session: Session, delivery: NotificationDelivery) -> NotificationDeliveryDetail:
-    return NotificationDeliveryDetail(
-        **NotificationDeliveryOut.of(delivery).model_dump(),
-        payload=json.loads(delivery.payload),
-        attempt_log=[
-            DeliveryAttemptOut(
-                attempted_at=attempt.attempted_at,
-                status_code=attempt.status_code,
-                error=attempt.error,
-                duration_ms=attempt.duration_ms,
-                succeeded=attempt.succeeded,
-            )
-            for attempt in endpoints.delivery_attempts(session, delivery.id)
-        ],
-    )
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, responses=responses(401, 404, 422))
@@ -223,7 +66,7 @@ def create_endpoint(workspace_id: WorkspaceId, body: EndpointIn, api: Api) -> Ne
             credits_below_micros=body.credits_below_micros,
             description=body.description,
         )
-        return NewEndpointOut(**EndpointOut.of(made.endpoint).model_dump(), secret=made.secret)
+        return NewEndpointOut.of_new(made)
 
 
 @router.get("", responses=responses(401, 404, 422))
@@ -268,7 +111,7 @@ def rotate_secret(
             endpoint_id=endpoint_id,
             overlap_seconds=(body or EndpointRotateIn()).overlap_seconds,
         )
-        return RotatedEndpointOut(**EndpointOut.of(rotated.endpoint).model_dump(), secret=rotated.secret)
+        return RotatedEndpointOut.of_rotated(rotated)
 
 
 def _set_enabled(api: Api, workspace_id: int, endpoint_id: int, *, enabled: bool) -> EndpointOut:
@@ -304,7 +147,7 @@ def test_endpoint(workspace_id: WorkspaceId, endpoint_id: EndpointId, api: Api) 
         delivery = endpoints.get_delivery(
             session, workspace_id=workspace_id, endpoint_id=endpoint_id, delivery_id=delivery_id
         )
-        return _delivery_detail(session, delivery)
+        return NotificationDeliveryDetail.with_attempts(delivery, endpoints.delivery_attempts(session, delivery.id))
 
 
 @router.get("/{endpoint_id}/deliveries", responses=responses(401, 404, 422))
@@ -314,29 +157,23 @@ def list_deliveries(
     api: Api,
     status: Annotated[DeliveryStatus | None, Query(description="Only deliveries in this status.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Deliveries per page.")] = 20,
-    cursor: Annotated[
-        str | None, Query(pattern=r"^[0-9]{1,18}$", description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: Cursor = None,
 ) -> NotificationDeliveryPage:
     """The endpoint's deliveries, newest first, without their bodies."""
     with api.sessions() as session:
-
-        def page(size: int, before_id: int | None) -> list[NotificationDelivery]:
-            return endpoints.list_deliveries(
+        rows, next_cursor = keyset_page(
+            lambda before_id: endpoints.list_deliveries(
                 session,
                 workspace_id=workspace_id,
                 endpoint_id=endpoint_id,
                 status=status,
-                limit=size,
+                limit=limit,
                 before_id=before_id,
-            )
-
-        rows = page(limit, int(cursor) if cursor else None)
-        # A full page may be the last one: the next is named only when it holds a delivery.
-        more = len(rows) == limit and bool(page(1, rows[-1].id))
+            ),
+            cursor,
+        )
         return NotificationDeliveryPage(
-            deliveries=[NotificationDeliveryOut.of(delivery) for delivery in rows],
-            next_cursor=str(rows[-1].id) if more else None,
+            deliveries=[NotificationDeliveryOut.of(delivery) for delivery in rows], next_cursor=next_cursor
         )
 
 
@@ -349,7 +186,7 @@ def get_delivery(
         delivery = endpoints.get_delivery(
             session, workspace_id=workspace_id, endpoint_id=endpoint_id, delivery_id=delivery_id
         )
-        return _delivery_detail(session, delivery)
+        return NotificationDeliveryDetail.with_attempts(delivery, endpoints.delivery_attempts(session, delivery.id))
 
 
 @router.post("/{endpoint_id}/redrive", responses=responses(401, 404, 409, 422))

@@ -12,7 +12,7 @@ from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
 from pipelines_dagster.api.pipelines import PipelineId
-from pipelines_dagster.api.schemas import RunLaunched
+from pipelines_dagster.api.schemas.runs import RunLaunched
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
 from pipelines_dagster.core.errors import NotFoundError
 from pipelines_dagster.core.storage.blob import JSONL_CONTENT_TYPE, BlobNotFoundError

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas import ErrorResponse, RequestBody
+from pipelines_dagster.api.schemas.errors import ErrorResponse
+from pipelines_dagster.api.schemas.events import EventIn, EventOut
+from pipelines_dagster.api.schemas.triggers import (
+    DeliveryOut,
+    NewWebhookOut,
+    RotatedOut,
+    RotateIn,
+    TriggerIn,
+    TriggerList,
+    TriggerOut,
+)
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import PipelineTrigger, TriggerKind, WebhookSigning
-from pipelines_dagster.core.catalog.event_types import EventType
-from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+from pipelines_dagster.app_db.models import TriggerKind, WebhookSigning
 from pipelines_dagster.core.catalog.triggers import (
     create_event_trigger,
     create_manual_trigger,
@@ -28,11 +34,6 @@ from pipelines_dagster.core.catalog.triggers import (
     set_trigger_enabled,
 )
 from pipelines_dagster.core.errors import InvalidInputError
-from pipelines_dagster.core.security.signing import (
-    DEFAULT_ROTATION_OVERLAP_SECONDS,
-    MAX_ROTATION_OVERLAP_SECONDS,
-    previous_secret_expiry,
-)
 from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.core.triggers.webhooks import MAX_WEBHOOK_BODY_BYTES, DeliveryRejected, accept_delivery
 from pipelines_dagster.core.validation import MAX_ID
@@ -43,102 +44,12 @@ webhooks = APIRouter(tags=["webhooks"])
 PipelineId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
-class TriggerIn(RequestBody):
-    kind: Literal["webhook", "event", "manual"] = Field(
-        description="Schedules are set on the pipeline itself. A pipeline runs by hand (`POST .../run`) only "
-        "while it has an enabled manual trigger; it gets one when it is made, and `manual` adds one it lacks."
-    )
-    event_type: EventType | None = Field(default=None, strict=False, description="Required for an event trigger.")
-    signing: WebhookSigning | None = Field(
-        default=None,
-        strict=False,
-        description="How a webhook trigger's deliveries are signed (webhook triggers only; default `standard`). "
-        "`standard`: Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature) under a whsec_ secret, "
-        "replays refused by id and time. `github`: X-Hub-Signature-256 over the body under the URL token, as "
-        "GitHub sends; a body already accepted is a replay, so a sender that must repeat a payload uses `standard`.",
-    )
-
-
-class TriggerOut(BaseModel):
-    id: int
-    pipeline_id: int
-    kind: str
-    event_type: str | None
-    signing: str | None = Field(description="A webhook trigger's signing mode; null for other kinds.")
-    previous_secret_expires_at: datetime | None = Field(
-        description="After a secret rotation: until when the previous secret still verifies."
-    )
-    schedule: str | None = Field(default=None, description="A schedule trigger's schedule, in words.")
-    next_fire_at: datetime | None = Field(default=None, description="When an enabled schedule trigger fires next.")
-    enabled: bool
-    disabled_reason: str | None
-
-
-class NewWebhookOut(TriggerOut):
-    webhook_path: str = Field(description="POST deliveries here; shown once.")
-    secret: str = Field(
-        description="Shown once. Standard mode: the whsec_ signing secret. Github mode: the URL token, "
-        "which is the HMAC key of X-Hub-Signature-256."
-    )
-
-
-class RotateIn(RequestBody):
-    overlap_seconds: int = Field(
-        default=DEFAULT_ROTATION_OVERLAP_SECONDS,
-        ge=0,
-        le=MAX_ROTATION_OVERLAP_SECONDS,
-        description="How long the secrets the trigger had until now keep verifying.",
-    )
-
-
-class RotatedOut(TriggerOut):
-    secret: str = Field(description="The new whsec_ signing secret; shown once.")
-
-
-class TriggerList(BaseModel):
-    triggers: list[TriggerOut]
-
-
-class EventIn(RequestBody):
-    event_type: EventType = Field(strict=False)
-    payload: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Free-form; an integer `connector_id` or `pipeline_id` narrows which pipelines run.",
-    )
-
-
-class EventOut(BaseModel):
-    event_id: int
-    event_type: str
-
-
-class DeliveryOut(BaseModel):
-    delivery_id: int
-    duplicate: bool = Field(description="True for a redelivery: stored once, no second run.")
-
-
-def trigger_out(trigger: PipelineTrigger) -> TriggerOut:
-    schedule = trigger.kind == TriggerKind.SCHEDULE.value
-    return TriggerOut(
-        id=trigger.id,
-        pipeline_id=trigger.pipeline_id,
-        kind=trigger.kind,
-        event_type=trigger.event_type,
-        signing=trigger.signing,
-        previous_secret_expires_at=previous_secret_expiry(trigger.signing_secrets, datetime.now(UTC)),
-        schedule=ScheduleSpec.of(trigger).describe() if schedule else None,
-        next_fire_at=trigger.next_fire_at if schedule else None,
-        enabled=trigger.enabled,
-        disabled_reason=trigger.disabled_reason,
-    )
-
-
 @router.get("/pipelines/{pipeline_id}/triggers", response_model=TriggerList, responses=responses(401, 404, 422))
 def list_triggers(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -> TriggerList:
     """Every trigger of the pipeline: its schedule, webhooks and event subscriptions, on or off."""
     with api.sessions() as session:
         triggers = pipeline_triggers(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-        return TriggerList(triggers=[trigger_out(trigger) for trigger in triggers])
+        return TriggerList(triggers=[TriggerOut.of(trigger) for trigger in triggers])
 
 
 def _switch(workspace_id: int, pipeline_id: int, trigger_id: int, api: Api, *, enabled: bool) -> TriggerOut:
@@ -146,7 +57,7 @@ def _switch(workspace_id: int, pipeline_id: int, trigger_id: int, api: Api, *, e
         trigger = set_trigger_enabled(
             session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id, enabled=enabled
         )
-        return trigger_out(trigger)
+        return TriggerOut.of(trigger)
 
 
 @router.post(
@@ -190,7 +101,7 @@ def add_trigger(
             if body.event_type is not None or body.signing is not None:
                 field = "event_type" if body.event_type is not None else "signing"
                 raise InvalidInputError(field, "a manual trigger takes no event type or signing mode")
-            return trigger_out(create_manual_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id))
+            return TriggerOut.of(create_manual_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id))
         if body.kind == TriggerKind.WEBHOOK.value:
             if body.event_type is not None:
                 raise InvalidInputError("event_type", "only an event trigger takes an event type")
@@ -200,9 +111,7 @@ def add_trigger(
                 pipeline_id=pipeline_id,
                 signing=(body.signing or WebhookSigning.STANDARD).value,
             )
-            return NewWebhookOut(
-                **trigger_out(made.trigger).model_dump(), webhook_path=f"/webhooks/{made.token}", secret=made.secret
-            )
+            return NewWebhookOut.of_new(made)
         if body.event_type is None:
             raise InvalidInputError("event_type", "an event trigger needs an event type")
         if body.signing is not None:
@@ -210,7 +119,7 @@ def add_trigger(
         trigger = create_event_trigger(
             session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type=body.event_type.value
         )
-        return trigger_out(trigger)
+        return TriggerOut.of(trigger)
 
 
 @router.delete(
@@ -254,7 +163,7 @@ def rotate_secret(
             trigger_id=trigger_id,
             overlap_seconds=(body or RotateIn()).overlap_seconds,
         )
-        return RotatedOut(**trigger_out(rotated.trigger).model_dump(), secret=rotated.secret)
+        return RotatedOut.of_rotated(rotated)
 
 
 @router.post(

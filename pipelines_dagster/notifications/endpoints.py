@@ -214,8 +214,9 @@ def list_deliveries(
     status: str | None = None,
     limit: int = 20,
     before_id: int | None = None,
-) -> list[NotificationDelivery]:
-    """An endpoint's deliveries, newest first, a page at a time (`before_id`: the last id of the page before)."""
+) -> tuple[list[NotificationDelivery], int | None]:
+    """An endpoint's deliveries, newest first, a page at a time (`before_id`: the last id of the page before),
+    and the id to pass as `before_id` for the next page; None on the last, also when a last page is full."""
     get_endpoint(session, workspace_id=workspace_id, endpoint_id=endpoint_id)
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInputError("limit", f"must be from 1 to {MAX_LIMIT}")
@@ -226,7 +227,9 @@ def list_deliveries(
         )
     if before_id is not None:
         query = query.where(NotificationDelivery.id < before_id)
-    return list(session.scalars(query.order_by(NotificationDelivery.id.desc()).limit(limit)))
+    found = list(session.scalars(query.order_by(NotificationDelivery.id.desc()).limit(limit + 1)))
+    rows = found[:limit]
+    return rows, (rows[-1].id if len(found) > limit else None)
 
 
 def get_delivery(session: Session, *, workspace_id: int, endpoint_id: int, delivery_id: int) -> NotificationDelivery:

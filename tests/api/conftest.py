@@ -20,7 +20,7 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.api import create_app
+from pipelines_dagster.api.app import create_app
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.core.catalog.connectors import create_connector

@@ -31,7 +31,7 @@ from fastapi.testclient import TestClient
 from schemathesis.engine import Status, events
 
 from pipelines_dagster import services
-from pipelines_dagster.api import create_app
+from pipelines_dagster.api.app import create_app
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import PageChange, Pipeline
 from pipelines_dagster.core.crawl.health import CrawlHealth

@@ -352,7 +352,7 @@ def test_the_cli_refuses_another_workspaces_connector_as_the_api_does(
 ):
     from click.testing import CliRunner
 
-    from pipelines_dagster.cli import main
+    from pipelines_dagster.cli.main import main
 
     before = row_counts(app_engine)
     [error] = client.post(

@@ -14,11 +14,12 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from pipelines_dagster.api.schemas.runs import RunLaunched
 from pipelines_dagster.app_db.engine import create_engine, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.batch import pipeline_batch
-from pipelines_dagster.cli import main
+from pipelines_dagster.cli.main import main
 from pipelines_dagster.launch import PARTITION_TAG, GraphQLLauncher, launch_pipeline_run
 from pipelines_dagster.runs import batch_tags
 from pipelines_dagster.settings import DAGSTER_URL_ENV
@@ -249,7 +250,11 @@ def test_cli_pipeline_run_prints_the_run_id_and_refuses_a_second_while_the_first
     )
     assert run_ids(dagster_webserver.instance, tenant, pipeline_id) == [run_id]
     as_json = json.loads(run(other, "--json").output)
-    assert as_json["pipeline_id"] == other and as_json["id"] == as_json["run_id"]
+    assert run_ids(dagster_webserver.instance, tenant, other) == [as_json["run_id"]]
+    # --json is what POST .../run answers, here for a run of a third pipeline.
+    third = make_pipeline(client, tenant, name="third")
+    answered = client.post(f"{tenant.pipelines}/{third}/run", headers=tenant.headers)
+    assert answered.status_code == 202 and set(as_json) == set(answered.json()) == set(RunLaunched.model_fields)
 
 
 def test_cli_pipeline_run_refusals_are_one_line_and_say_what_to_do(cli_env, live, monkeypatch, dagster_webserver):

@@ -12,7 +12,7 @@ import pytest
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from pipelines_dagster.api.schemas import RequestBody
+from pipelines_dagster.api.schemas.common import RequestBody
 from tests.api.conftest import Tenant
 from tests.support.db import row_counts
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import uvicorn
 
-from pipelines_dagster.api import create_app
+from pipelines_dagster.api.app import create_app
 from pipelines_dagster.app_db.engine import session_factory
 from tests.api.conftest import free_port, new_tenant, settings_for
 

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import uuid
 import warnings
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from pipelines_dagster.app_db.engine import create_engine, transaction
-from pipelines_dagster.app_db.migrate import current_revision, head_revision, upgrade
+from pipelines_dagster.app_db.migrate import (
+    MIGRATIONS_DIR,
+    VERSIONS_DIR,
+    DatabaseNotReadyError,
+    current_revision,
+    head_revision,
+    require_current,
+    upgrade,
+)
 from pipelines_dagster.app_db.models import (
     ApiToken,
     Base,
@@ -36,6 +47,35 @@ from pipelines_dagster.app_db.models import (
     utcnow,
 )
 from pipelines_dagster.core.kb.index import document_identity
+
+
+def test_each_migration_is_named_after_its_revision_and_revises_the_one_before():
+    # head_revision reads the newest file name, so a command's schema check imports no Alembic: that holds
+    # only while the migrations are one line, each named by its revision.
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    scripts = ScriptDirectory.from_config(config)
+    chain = list(reversed(list(scripts.walk_revisions())))
+    assert [Path(script.path).name.partition("_")[0] for script in chain] == [script.revision for script in chain]
+    assert [script.down_revision for script in chain] == [None, *(script.revision for script in chain[:-1])]
+    assert len(chain) == len(list(VERSIONS_DIR.glob("*.py")))
+    assert head_revision() == scripts.get_current_head() == chain[-1].revision
+
+
+def test_current_revision_reads_what_alembic_recorded(app_engine):
+    with app_engine.connect() as conn:
+        assert current_revision(app_engine) == MigrationContext.configure(conn).get_current_revision()
+
+
+def test_a_database_behind_the_code_is_refused_with_what_to_run(tmp_path):
+    engine = create_engine(f"sqlite:///{tmp_path / 'behind.sqlite3'}")
+    with pytest.raises(DatabaseNotReadyError, match="has no tables yet; run `pipelines-dagster db upgrade` first"):
+        require_current(engine)
+    upgrade(engine, "0010")
+    with pytest.raises(DatabaseNotReadyError, match="is at revision 0010; run `pipelines-dagster db upgrade` first"):
+        require_current(engine)
+    upgrade(engine)
+    require_current(engine)
 
 
 def test_upgrade_of_an_empty_sqlite_database_reaches_head(tmp_path):

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.core.crawl.host_budget import slot_lock_name
-from pipelines_dagster.resources import build_resources
 from pipelines_dagster.resources.crawler import CrawlerResource
+from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
 from pipelines_dagster.settings import load_settings
 from tests.support.web import Reply, Request, WebServer, page

@@ -1,14 +1,16 @@
-"""Request and response bodies of the HTTP API; per-field rules come from the catalog's own validators."""
+"""A pipeline's bodies: what creates and changes it (per-field rules from the catalog's own validators), and
+how it, its schedule and its retry policy are shown."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger
+from pipelines_dagster.api.schemas.common import MAX_URLS, EveryMinutes, Name, RequestBody
+from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core.catalog.connectors import initial_urls
 from pipelines_dagster.core.catalog.pipelines import PipelineChanges
 from pipelines_dagster.core.catalog.retry import (
@@ -21,43 +23,16 @@ from pipelines_dagster.core.catalog.retry import (
     RetryPolicy,
     validate_retry_policy,
 )
-from pipelines_dagster.core.catalog.schedules import MAX_EVERY_MINUTES, ScheduleSpec, validate_cron, validate_timezone
+from pipelines_dagster.core.catalog.schedules import ScheduleSpec, validate_cron, validate_timezone
 from pipelines_dagster.core.catalog.templates import disabled_reason, template_key
-from pipelines_dagster.core.crawl.site.config import (
-    DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_PAGES,
-    MAX_DEPTH,
-    MAX_PATTERNS,
-    SITE_KEY,
-    SiteConfig,
-    crawl_mode,
-)
-from pipelines_dagster.core.kb.documents import DocumentView
 from pipelines_dagster.core.validation import (
     MAX_RUNTIME_SECONDS,
     MIN_RUNTIME_SECONDS,
     Id,
     field_rule,
-    in_utc,
-    iso_8601_text,
     validate_name,
     validate_urls,
 )
-
-# Bounds one request body; a pipeline over more pages crawls its connector's list.
-MAX_URLS = 10_000
-
-
-class RequestBody(BaseModel):
-    """A request body: unknown fields are refused, and JSON types are taken as they are, so `"no"` is no
-    boolean, `true` no id and `"5"` no number (an integer is a number, though).
-
-    FastAPI validates the parsed JSON as Python objects, where strict mode wants an enum member itself:
-    an enum field says `strict=False` (a list of them `Strict(False)` on its items), since JSON has no enums
-    and a member arrives as its text.
-    """
-
-    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def _timezone(name: str) -> str:
@@ -65,11 +40,6 @@ def _timezone(name: str) -> str:
     return name
 
 
-# A query time: ISO 8601 text only (pydantic would read a bare number as a Unix time), then in UTC.
-IsoText = field_rule(iso_8601_text, before=True)
-InUtc = field_rule(in_utc)
-
-Name = Annotated[str, Field(min_length=1, max_length=200), field_rule(validate_name)]
 FolderName = Annotated[
     str,
     Field(min_length=1, max_length=255, description="A KB folder at the root, created when missing."),
@@ -94,7 +64,6 @@ Timezone = Annotated[
     Field(max_length=64, description="IANA name of the cron's timezone.", examples=["Europe/Stockholm"]),
     field_rule(_timezone),
 ]
-EveryMinutes = Annotated[int, Field(ge=1, le=MAX_EVERY_MINUTES, description="Run every N minutes.")]
 MaxRuntime = Annotated[
     int,
     Field(
@@ -267,105 +236,3 @@ class PipelineList(BaseModel):
     @classmethod
     def of(cls, pipelines: list[Pipeline], schedules: dict[int, PipelineTrigger]) -> PipelineList:
         return cls(pipelines=[PipelineOut.of(pipeline, schedules.get(pipeline.id)) for pipeline in pipelines])
-
-
-class RunLaunched(BaseModel):
-    run_id: str = Field(description="The Dagster run id; follow it under .../runs/{run_id}.")
-
-
-class ErrorResponse(BaseModel):
-    detail: str
-
-
-class FieldError(BaseModel):
-    field: str = Field(description="Dotted path of the field, e.g. schedule.timezone or urls[2].")
-    message: str
-
-
-class ValidationErrorResponse(BaseModel):
-    detail: list[FieldError]
-
-
-class DocumentPage(BaseModel):
-    documents: list[DocumentView]
-    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")
-
-
-class SiteIn(RequestBody):
-    """A site crawl: start URLs, discovery from sitemaps and same-site links, and its bounds."""
-
-    start_urls: list[str] = Field(min_length=1, max_length=MAX_URLS, description="Where discovery starts.")
-    max_depth: int | None = Field(
-        default=None, description=f"Links followed from a start URL, 0 to {MAX_DEPTH}; default {DEFAULT_MAX_DEPTH}."
-    )
-    max_pages: int | None = Field(
-        default=None, description=f"Pages fetched at most, up to the deployment's cap; default {DEFAULT_MAX_PAGES}."
-    )
-    include: list[str] = Field(
-        default_factory=list, max_length=MAX_PATTERNS, description="Only paths matching one of these globs (/docs/**)."
-    )
-    exclude: list[str] = Field(default_factory=list, max_length=MAX_PATTERNS, description="Never these paths.")
-    subdomains: bool = Field(default=False, description="The start URLs' whole registrable domains.")
-    drop_query_params: list[str] | Literal["all"] = Field(
-        default_factory=list, description="Query parameters dropped from every discovered URL, or all of them."
-    )
-
-
-# A stored config is shown as it was accepted, whatever today's cap.
-MAX_STORED_PAGES = 1_000_000
-
-
-class SiteOut(BaseModel):
-    start_urls: list[str]
-    max_depth: int
-    max_pages: int
-    include: list[str]
-    exclude: list[str]
-    subdomains: bool
-    drop_query_params: list[str] | Literal["all"]
-
-    @classmethod
-    def of(cls, site: SiteConfig) -> SiteOut:
-        return cls.model_validate(site.to_config())
-
-
-class ConnectorCreate(RequestBody):
-    """A web connector crawls `urls` (mode list, the default) or discovers `site` (mode site)."""
-
-    type: str = Field(description="The connector type, e.g. webcrawler.")
-    name: Name | None = None
-    mode: str | None = Field(default=None, description="list or site; site when `site` is given.")
-    urls: list[str] | None = Field(default=None, max_length=MAX_URLS, description="The URLs a list crawl fetches.")
-    site: SiteIn | None = None
-    index_every_minutes: EveryMinutes | None = Field(default=None, description="The connector's own periodic indexing.")
-
-
-class ConnectorOut(BaseModel):
-    id: int
-    workspace_id: int
-    type: str
-    name: str
-    mode: str = Field(description="list or site.")
-    urls: list[str] | None = Field(description="A list crawl's URLs; null for a site crawl.")
-    site: SiteOut | None = Field(description="A site crawl's bounds; null for a list crawl.")
-    periodic_indexing_enabled: bool
-    created_at: datetime
-
-    @classmethod
-    def of(cls, connector: Connector) -> ConnectorOut:
-        site = connector.config.get(SITE_KEY)
-        return cls(
-            id=connector.id,
-            workspace_id=connector.workspace_id,
-            type=connector.connector_type,
-            name=connector.name,
-            mode=crawl_mode(connector.config).value,
-            urls=initial_urls(connector),
-            site=SiteOut.of(SiteConfig.read(site, max_pages_cap=MAX_STORED_PAGES)) if site else None,
-            periodic_indexing_enabled=connector.periodic_indexing_enabled,
-            created_at=connector.created_at,
-        )
-
-
-class ConnectorList(BaseModel):
-    connectors: list[ConnectorOut]

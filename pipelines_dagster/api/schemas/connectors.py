@@ -1,0 +1,101 @@
+"""A connector's bodies: a list crawl's URLs or a site crawl's start URLs and bounds, created and shown."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from pipelines_dagster.api.schemas.common import MAX_URLS, EveryMinutes, Name, RequestBody
+from pipelines_dagster.app_db.models import Connector
+from pipelines_dagster.core.catalog.connectors import initial_urls
+from pipelines_dagster.core.crawl.site.config import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_PAGES,
+    MAX_DEPTH,
+    MAX_PATTERNS,
+    SITE_KEY,
+    SiteConfig,
+    crawl_mode,
+)
+
+
+class SiteIn(RequestBody):
+    """A site crawl: start URLs, discovery from sitemaps and same-site links, and its bounds."""
+
+    start_urls: list[str] = Field(min_length=1, max_length=MAX_URLS, description="Where discovery starts.")
+    max_depth: int | None = Field(
+        default=None, description=f"Links followed from a start URL, 0 to {MAX_DEPTH}; default {DEFAULT_MAX_DEPTH}."
+    )
+    max_pages: int | None = Field(
+        default=None, description=f"Pages fetched at most, up to the deployment's cap; default {DEFAULT_MAX_PAGES}."
+    )
+    include: list[str] = Field(
+        default_factory=list, max_length=MAX_PATTERNS, description="Only paths matching one of these globs (/docs/**)."
+    )
+    exclude: list[str] = Field(default_factory=list, max_length=MAX_PATTERNS, description="Never these paths.")
+    subdomains: bool = Field(default=False, description="The start URLs' whole registrable domains.")
+    drop_query_params: list[str] | Literal["all"] = Field(
+        default_factory=list, description="Query parameters dropped from every discovered URL, or all of them."
+    )
+
+
+# A stored config is shown as it was accepted, whatever today's cap.
+MAX_STORED_PAGES = 1_000_000
+
+
+class SiteOut(BaseModel):
+    start_urls: list[str]
+    max_depth: int
+    max_pages: int
+    include: list[str]
+    exclude: list[str]
+    subdomains: bool
+    drop_query_params: list[str] | Literal["all"]
+
+    @classmethod
+    def of(cls, site: SiteConfig) -> SiteOut:
+        return cls.model_validate(site.to_config())
+
+
+class ConnectorCreate(RequestBody):
+    """A web connector crawls `urls` (mode list, the default) or discovers `site` (mode site)."""
+
+    type: str = Field(description="The connector type, e.g. webcrawler.")
+    name: Name | None = None
+    mode: str | None = Field(default=None, description="list or site; site when `site` is given.")
+    urls: list[str] | None = Field(default=None, max_length=MAX_URLS, description="The URLs a list crawl fetches.")
+    site: SiteIn | None = None
+    index_every_minutes: EveryMinutes | None = Field(default=None, description="The connector's own periodic indexing.")
+
+
+class ConnectorOut(BaseModel):
+    id: int
+    workspace_id: int
+    type: str
+    name: str
+    mode: str = Field(description="list or site.")
+    urls: list[str] | None = Field(description="A list crawl's URLs; null for a site crawl.")
+    site: SiteOut | None = Field(description="A site crawl's bounds; null for a list crawl.")
+    periodic_indexing_enabled: bool
+    created_at: datetime
+
+    @classmethod
+    def of(cls, connector: Connector) -> ConnectorOut:
+        site = connector.config.get(SITE_KEY)
+        return cls(
+            id=connector.id,
+            workspace_id=connector.workspace_id,
+            type=connector.connector_type,
+            name=connector.name,
+            mode=crawl_mode(connector.config).value,
+            urls=initial_urls(connector),
+            site=SiteOut.of(SiteConfig.read(site, max_pages_cap=MAX_STORED_PAGES)) if site else None,
+            periodic_indexing_enabled=connector.periodic_indexing_enabled,
+            created_at=connector.created_at,
+        )
+
+
+class ConnectorList(BaseModel):
+    connectors: list[ConnectorOut]

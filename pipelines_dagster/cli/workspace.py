@@ -1,0 +1,108 @@
+"""`pipelines-dagster workspace` and `templates`: workspaces with their API tokens, and the built-in pipeline
+templates seeded into each."""
+
+from __future__ import annotations
+
+import click
+import sqlalchemy as sa
+
+from pipelines_dagster.api.schemas.templates import (
+    RetentionScheduleOut,
+    SeedOut,
+    TemplateList,
+    TemplateOut,
+    WorkspaceSeedOut,
+)
+from pipelines_dagster.api.schemas.workspaces import NewWorkspaceOut
+from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.cli.common import ID, emit, json_option, open_sessions, user_errors
+from pipelines_dagster.core.catalog.templates import TEMPLATES
+from pipelines_dagster.instance import dagster_instance
+from pipelines_dagster.settings import load_settings
+
+
+@click.group()
+def workspace() -> None:
+    """Workspaces and their API tokens."""
+
+
+@workspace.command("create")
+@click.option("--name", required=True, help="Display name of the workspace.")
+@click.option("--owner", required=True, help="User id of the owner, who is billed for crawls.")
+@json_option
+@user_errors
+def workspace_create(name: str, owner: str, as_json: bool) -> None:
+    """Create a workspace, with the built-in pipeline templates (disabled), and print its API token
+    (shown this once only)."""
+    from pipelines_dagster import services
+
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        shown = NewWorkspaceOut.of(
+            services.create_workspace(session, dagster_instance(settings), name=name, owner_user_id=owner)
+        )
+    emit(
+        as_json,
+        shown,
+        f"workspace {shown.id} created, with the built-in pipeline templates (disabled; "
+        f"`pipelines-dagster templates list`)\nAPI token (shown once, store it now): {shown.api_token}",
+    )
+
+
+@click.group()
+def templates() -> None:
+    """Built-in pipeline templates, seeded disabled into every workspace."""
+
+
+@templates.command("list")
+@json_option
+def templates_list(as_json: bool) -> None:
+    """The templates: what each does and how it crawls."""
+    shown = TemplateList(templates=[TemplateOut.of(template) for template in TEMPLATES])
+    emit(
+        as_json,
+        shown,
+        "\n".join(
+            f"{entry.key}\t{entry.name}: {entry.description} ({entry.mode} crawl, "
+            f"{'into the KB' if entry.save_to_kb else 'raw crawls only'}, schedule {entry.schedule}, seeded off)"
+            for entry in shown.templates
+        ),
+    )
+
+
+@templates.command("seed")
+@click.option("--workspace", "workspace_id", type=ID, default=None, help="Only this workspace [every workspace].")
+@json_option
+@user_errors
+def templates_seed(workspace_id: int | None, as_json: bool) -> None:
+    """Give each workspace the templates it lacks (disabled, schedules off), keeping the ones it has as
+    they are; and switch the retention schedule back on if it was stopped: it is garbage collection."""
+    from pipelines_dagster import services
+    from pipelines_dagster.app_db.models import Workspace
+    from pipelines_dagster.schedules import RETENTION_SCHEDULE, keep_retention_on
+
+    settings = load_settings()
+    sessions, instance = open_sessions(settings), dagster_instance(settings)
+    if workspace_id is None:
+        with sessions() as session:
+            workspace_ids = list(session.scalars(sa.select(Workspace.id).order_by(Workspace.id)))
+    else:
+        workspace_ids = [workspace_id]
+    reports = []
+    for one in workspace_ids:  # a transaction each: a workspace seeded stays seeded
+        with transaction(sessions) as session:
+            reports.append(services.seed_workspace(session, instance, one))
+    shown = SeedOut(
+        workspaces=[WorkspaceSeedOut.of(report) for report in reports],
+        retention_schedule=RetentionScheduleOut(name=RETENTION_SCHEDULE, restarted=keep_retention_on(instance)),
+    )
+    lines = [
+        f"workspace {seeded.workspace_id}: {len(seeded.created)} templates added {seeded.created}, "
+        f"{len(seeded.kept)} kept as they were"
+        for seeded in shown.workspaces
+    ]
+    restarted = shown.retention_schedule.restarted
+    lines.append(
+        f"retention schedule {RETENTION_SCHEDULE}: " + ("was stopped, switched back on" if restarted else "on")
+    )
+    emit(as_json, shown, "\n".join(lines))

@@ -1034,6 +1034,7 @@ class EmbeddedStack:
         from pipelines_dagster.resources.blob_store import LocalBlobStoreResource
         from pipelines_dagster.resources.crawler import CrawlerResource
         from pipelines_dagster.resources.locks import DatabaseLocksResource
+        from pipelines_dagster.resources.network import NetworkAccess
         from pipelines_dagster.resources.notifications import NotificationsResource
 
         url = self.engine.url.render_as_string(hide_password=False)
@@ -1042,7 +1043,7 @@ class EmbeddedStack:
             "app_db": app_db,
             "blob_store": LocalBlobStoreResource(root=str(self.dir / "blobs")),
             "locks": DatabaseLocksResource(database_url=url),
-            "crawler": CrawlerResource(allowed_networks=["127.0.0.1/32"]),
+            "crawler": CrawlerResource(network=NetworkAccess(allowed_networks=["127.0.0.1/32"])),
             "billing": BillingResource(app_db=app_db, billing_enabled=False),
             "notifications": NotificationsResource(app_db=app_db),
         }

@@ -169,9 +169,12 @@ class HostileStack(EmbeddedStack):
 
     def resources(self) -> dict[str, Any]:
         from pipelines_dagster.resources.crawler import CrawlerResource
+        from pipelines_dagster.resources.network import NetworkAccess
 
         return super().resources() | {
-            "crawler": CrawlerResource(allowed_networks=["127.0.0.1/32"], per_host_concurrency=16, max_attempts=1)
+            "crawler": CrawlerResource(
+                network=NetworkAccess(allowed_networks=["127.0.0.1/32"]), per_host_concurrency=16, max_attempts=1
+            )
         }
 
 

@@ -10,10 +10,8 @@ The HTTP API's `POST .../run` and `pipelines-dagster pipeline run` both use it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import requests
 from sqlalchemy.orm import Session, sessionmaker
@@ -33,9 +31,8 @@ from pipelines_dagster.runs import (
     partition_key,
     run_tags,
 )
-from pipelines_dagster.settings import DAGSTER_URL_ENV, SettingsError
+from pipelines_dagster.settings import DAGSTER_URL_ENV, load_settings
 
-DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 LAUNCH_TIMEOUT_SECONDS = 30
 # The UI's own launch: one mutation, the job named by location and repository, so nothing else is
 # asked first. Plain HTTP, not Dagster's GraphQL client: `pipelines-dagster pipeline run` then starts
@@ -103,21 +100,12 @@ class Launcher(Protocol):
         ...
 
 
-def dagster_url() -> str:
-    return os.environ.get(DAGSTER_URL_ENV) or DEFAULT_DAGSTER_URL
-
-
 class GraphQLLauncher:
     """Submits `pipeline_run` for one pipeline's partition to a Dagster webserver."""
 
     def __init__(self, url: str | None = None, *, timeout: int = LAUNCH_TIMEOUT_SECONDS) -> None:
-        self.url = (url or dagster_url()).rstrip("/")
-        parts = urlsplit(self.url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise SettingsError(
-                f"{DAGSTER_URL_ENV}: must be the Dagster webserver's http(s) URL such as {DEFAULT_DAGSTER_URL} "
-                f"(got {self.url!r})"
-            )
+        """`url`: the webserver's; the settings' PIPELINES_DAGSTER_URL (checked when read) by default."""
+        self.url = (url or load_settings().launch_url).rstrip("/")
         self._timeout = timeout
 
     def __call__(self, *, workspace_id: int, pipeline_id: int) -> str:

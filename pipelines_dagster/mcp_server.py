@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,9 +54,8 @@ class WorkspaceTools:
         """The tools over the deployment's app database and Dagster instance."""
         from pipelines_dagster.history import RunHistory
         from pipelines_dagster.instance import dagster_instance
-        from pipelines_dagster.settings import DAGSTER_URL_ENV
 
-        history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
+        history = RunHistory(dagster_instance(settings), sessions, ui_base_url=settings.dagster_url)
         return cls(history, sessions)
 
     def of(self, workspace_id: int) -> dict[str, AgentTool]:

@@ -13,11 +13,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipelines_dagster.core.crawl.site.config import DEFAULT_MAX_PAGES_CAP
 from pipelines_dagster.core.errors import UserError
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.core.triggers.fires import Budget
 
 ENV_PREFIX = "PIPELINES_"
-# The Dagster webserver: where run-now launches and what run links point at (read where it is used).
 DAGSTER_URL_ENV = f"{ENV_PREFIX}DAGSTER_URL"
+DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 
 
 class SettingsError(UserError, ValueError):
@@ -81,6 +82,11 @@ class Settings(BaseSettings):
         description="Where users reach the HTTP API (e.g. https://pipelines.example.com): the base of the links "
         "notifications carry; without it they carry ids only.",
     )
+    dagster_url: str | None = Field(
+        default=None,
+        description=f"The Dagster webserver: where run-now launches ({DEFAULT_DAGSTER_URL} when unset) and the base "
+        "of the run links in run history and notifications (none when unset).",
+    )
     max_header_bytes: int = Field(
         default=64 * 1024,
         ge=1024,
@@ -125,7 +131,7 @@ class Settings(BaseSettings):
                 raise ValueError("must be a directory path or s3://bucket/prefix")
         return value
 
-    @field_validator("s3_endpoint_url", "api_url")
+    @field_validator("s3_endpoint_url", "api_url", "dagster_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
@@ -172,9 +178,21 @@ class Settings(BaseSettings):
         """What one schedule sensor tick claims: every due trigger, within the time budget."""
         return Budget(batch_size=self.schedule_batch_size, max_rows=None)
 
+    @property
+    def launch_url(self) -> str:
+        """The Dagster webserver run-now launches through."""
+        return self.dagster_url or DEFAULT_DAGSTER_URL
+
     @cached_property
     def allowed_networks(self) -> tuple[str, ...]:
         return tuple(filter(None, (part.strip() for part in self.crawler_allowed_networks.split(","))))
+
+    @cached_property
+    def network_policy(self) -> NetworkPolicy:
+        """Where the crawler may connect, and notifications with it."""
+        return NetworkPolicy(
+            allow_private_networks=self.crawler_allow_private_networks, allowed_networks=self.allowed_networks
+        )
 
     @cached_property
     def resolved_database_url(self) -> str:

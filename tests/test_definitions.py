@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.deployment import build_resources
@@ -113,8 +114,7 @@ def test_defaults_are_local_blobs_and_database_locks(clean_env: pytest.MonkeyPat
     assert set(resources) == {"app_db", "blob_store", "locks", "billing", "crawler", "notifications"}
     # The SSRF guard is on by default, for crawls and notifications alike: no private networks, no exceptions.
     for guarded in ("crawler", "notifications"):
-        assert resources[guarded].allow_private_networks is False
-        assert resources[guarded].allowed_networks == []
+        assert resources[guarded].network.policy() == NetworkPolicy(allow_private_networks=False, allowed_networks=())
     assert resources["app_db"].url == settings.resolved_database_url
     assert isinstance(resources["blob_store"], LocalBlobStoreResource)
     assert resources["blob_store"].root == str(tmp_path.resolve() / "blobs")
@@ -144,6 +144,19 @@ def test_s3_and_redis_settings_pick_s3_and_redis(clean_env: pytest.MonkeyPatch) 
     assert is_env_var(locks.url, "PIPELINES_LOCKS")
     assert is_env_var(resources["app_db"].url, "PIPELINES_DATABASE_URL")
     assert "hunter2" not in repr(resources)
+
+
+def test_the_crawler_and_notifications_share_the_one_network_policy_and_dagster_url(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clean_env.setenv("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "10.20.0.0/16, 127.0.0.1/32")
+    clean_env.setenv("PIPELINES_DAGSTER_URL", "https://dagster.example.com")
+    settings = load_settings(data_dir=tmp_path)
+    resources = build_resources(settings)
+    policy = NetworkPolicy(allowed_networks=("10.20.0.0/16", "127.0.0.1/32"))
+    assert settings.network_policy == policy
+    assert resources["crawler"].network.policy() == resources["notifications"].network.policy() == policy
+    assert resources["notifications"].dagster_url == "https://dagster.example.com"
 
 
 def test_env_var_urls_resolve_when_resources_start(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -73,6 +73,7 @@ def test_production_values_are_parsed(monkeypatch):
         ("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "127.0.0.1/32,localhost"),
         ("PIPELINES_TRIGGER_BATCH_SIZE", "0"),
         ("PIPELINES_TRIGGER_MAX_PER_TICK", "none"),
+        ("PIPELINES_DAGSTER_URL", "127.0.0.1:3000"),
     ],
 )
 def test_a_wrong_value_fails_naming_the_variable(monkeypatch, variable, value):
@@ -90,3 +91,12 @@ def test_the_trigger_sensors_budgets_come_from_the_environment(monkeypatch):
     settings = load_settings()
     assert (settings.trigger_budget.batch_size, settings.trigger_budget.max_rows) == (50, 200)
     assert (settings.schedule_budget.batch_size, settings.schedule_budget.max_rows) == (70, None)
+
+
+def test_the_dagster_url_is_one_setting_run_now_defaults_and_run_links_do_not(monkeypatch):
+    monkeypatch.delenv("PIPELINES_DAGSTER_URL", raising=False)
+    unset = load_settings()
+    assert (unset.dagster_url, unset.launch_url) == (None, "http://127.0.0.1:3000")
+    monkeypatch.setenv("PIPELINES_DAGSTER_URL", "https://dagster.example.com")
+    given = load_settings()
+    assert (given.dagster_url, given.launch_url) == ("https://dagster.example.com",) * 2

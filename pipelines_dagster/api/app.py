@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,7 +33,7 @@ from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.notifications.sender import Sender
 from pipelines_dagster.resources.deployment import build_resources
-from pipelines_dagster.settings import DAGSTER_URL_ENV, Settings, load_settings
+from pipelines_dagster.settings import Settings, load_settings
 
 DESCRIPTION = """\
 Pipelines, run-now and run history of one workspace of the knowledge base, and the
@@ -118,9 +117,9 @@ def create_app(
         sessions=sessions,
         instance=instance,
         # Run pages link to the Dagster UI only where a deployment names its address.
-        history=RunHistory(instance, sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV)),
+        history=RunHistory(instance, sessions, ui_base_url=settings.dagster_url),
         blob_store=resources["blob_store"].store(),
-        launcher=launcher or GraphQLLauncher(),
+        launcher=launcher or GraphQLLauncher(settings.launch_url),
         site_max_pages_cap=settings.site_max_pages_cap,
         notification_guard=notification_guard,
         # Over the app's own sessions: the resource's sender would open an engine of its own.

@@ -3,8 +3,6 @@ API does."""
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from pipelines_dagster.api.schemas.runs import RunLaunched
@@ -42,7 +40,6 @@ def run_now(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
 def runs(workspace_id: int, pipeline_id: int, limit: int, cursor: str | None, as_json: bool) -> None:
     """A pipeline's runs from Dagster, newest first, as the API's run history lists them."""
     from pipelines_dagster.history import MAX_LIMIT, RunHistory
-    from pipelines_dagster.settings import DAGSTER_URL_ENV
 
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInputError("limit", f"must be from 1 to {MAX_LIMIT}")
@@ -50,7 +47,7 @@ def runs(workspace_id: int, pipeline_id: int, limit: int, cursor: str | None, as
     sessions = open_sessions(settings)
     with sessions() as session:
         get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    history = RunHistory(dagster_instance(settings), sessions, ui_base_url=os.environ.get(DAGSTER_URL_ENV))
+    history = RunHistory(dagster_instance(settings), sessions, ui_base_url=settings.dagster_url)
     page = history.list_runs(workspace_id, pipeline_id=pipeline_id, limit=limit, cursor=cursor)
     lines = [
         f"{run.run_id}\t{run.status}\t{run.trigger or '-'}\t{run.created_at.isoformat()}"

@@ -14,8 +14,8 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from pipelines_dagster.core.crawl.types import CrawlerConfig
-from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.resources.locks import LocksResource
+from pipelines_dagster.resources.network import NetworkAccess
 
 if TYPE_CHECKING:
     from pipelines_dagster.core.crawl.crawler import Crawler
@@ -38,12 +38,7 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
         default=CrawlerConfig.extract_timeout,
         description="Seconds one page's text extraction may take before it fails and its worker is replaced.",
     )
-    allow_private_networks: bool = Field(
-        default=False, description="Crawl private, loopback and link-local addresses (off: SSRF guard)."
-    )
-    allowed_networks: list[str] = Field(
-        default_factory=list, description="Networks allowed despite the guard, e.g. 127.0.0.1/32."
-    )
+    network: NetworkAccess = Field(default_factory=NetworkAccess, description="Where the crawler may connect.")
     locks: LocksResource | None = Field(
         default=None,
         description="Where the per-host budget shared by all runs lives; without it each run keeps its own.",
@@ -63,10 +58,7 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
             obey_robots=self.obey_robots,
             max_crawl_delay=self.max_crawl_delay,
             extract_timeout=self.extract_timeout,
-            network=NetworkPolicy(
-                allow_private_networks=self.allow_private_networks,
-                allowed_networks=tuple(self.allowed_networks),
-            ),
+            network=self.network.policy(),
         )
 
     def _build(self) -> Crawler:

@@ -12,8 +12,9 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource, LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
+from pipelines_dagster.resources.network import NetworkAccess
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.settings import DAGSTER_URL_ENV, ENV_PREFIX, Settings
+from pipelines_dagster.settings import ENV_PREFIX, Settings
 
 
 def _from_env(field: str, value: str) -> str:
@@ -56,15 +57,12 @@ def build_resources(settings: Settings) -> Resources:
     else:
         locks = RedisLocksResource(url=_from_env("locks", settings.locks))
 
+    network = NetworkAccess.of(settings.network_policy)
     return {
         "app_db": app_db,
         "blob_store": blob_store,
         "locks": locks,
-        "crawler": CrawlerResource(
-            allow_private_networks=settings.crawler_allow_private_networks,
-            allowed_networks=list(settings.allowed_networks),
-            locks=locks if settings.shares_host_budget else None,
-        ),
+        "crawler": CrawlerResource(network=network, locks=locks if settings.shares_host_budget else None),
         "billing": BillingResource(
             app_db=app_db,
             billing_enabled=settings.billing_enabled,
@@ -73,8 +71,7 @@ def build_resources(settings: Settings) -> Resources:
         "notifications": NotificationsResource(
             app_db=app_db,
             api_url=settings.api_url,
-            dagster_url=os.environ.get(DAGSTER_URL_ENV),
-            allow_private_networks=settings.crawler_allow_private_networks,
-            allowed_networks=list(settings.allowed_networks),
+            dagster_url=settings.dagster_url,
+            network=network,
         ),
     }

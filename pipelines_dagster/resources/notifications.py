@@ -13,9 +13,9 @@ import dagster as dg
 from pydantic import Field
 from sqlalchemy.orm import Session
 
-from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.notifications.events import queue_pages_changed
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.resources.network import NetworkAccess
 
 if TYPE_CHECKING:
     from pipelines_dagster.notifications.destination import DestinationGuard
@@ -28,21 +28,14 @@ class NotificationsResource(dg.ConfigurableResource["NotificationsResource"]):
         default=None, description="The HTTP API's address, the base of the change links in pages.changed."
     )
     dagster_url: str | None = Field(default=None, description="The Dagster UI's address, the base of run links.")
-    allow_private_networks: bool = Field(
-        default=False, description="Send to private, loopback and link-local addresses (as the crawler may)."
-    )
-    allowed_networks: list[str] = Field(
-        default_factory=list, description="Networks allowed despite the guard, as for the crawler."
+    network: NetworkAccess = Field(
+        default_factory=NetworkAccess, description="Where notifications may be sent: where the crawler may connect."
     )
 
     def guard(self) -> DestinationGuard:
         from pipelines_dagster.notifications.destination import DestinationGuard
 
-        return DestinationGuard(
-            NetworkPolicy(
-                allow_private_networks=self.allow_private_networks, allowed_networks=tuple(self.allowed_networks)
-            )
-        )
+        return DestinationGuard(self.network.policy())
 
     def sender(self) -> Sender:
         from pipelines_dagster.notifications.sender import Sender

@@ -26,6 +26,7 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
+from pipelines_dagster.resources.network import NetworkAccess
 from pipelines_dagster.resources.notifications import NotificationsResource
 from pipelines_dagster.runs import run_tags
 from tests.support.web import WebServer, page
@@ -45,7 +46,7 @@ class Stack:
     micros_per_crawl: int = 1000
     crawler: CrawlerResource = field(
         default_factory=lambda: CrawlerResource(
-            allowed_networks=["127.0.0.1/32"], max_attempts=2, total_timeout=5, connect_timeout=2
+            network=NetworkAccess(allowed_networks=["127.0.0.1/32"]), max_attempts=2, total_timeout=5, connect_timeout=2
         )
     )
 
@@ -71,7 +72,9 @@ class Stack:
             "billing": BillingResource(
                 app_db=app_db, billing_enabled=self.billing_enabled, micros_per_crawl=self.micros_per_crawl
             ),
-            "notifications": NotificationsResource(app_db=app_db, api_url=API_URL, allowed_networks=["127.0.0.1/32"]),
+            "notifications": NotificationsResource(
+                app_db=app_db, api_url=API_URL, network=NetworkAccess(allowed_networks=["127.0.0.1/32"])
+            ),
         }
 
     def portable_resources(self) -> dict[str, tuple[type, dict[str, Any]]]:

@@ -294,11 +294,12 @@ def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tm
 
 def test_faulty_pages_fail_alone_and_the_run_succeeds(embedded: Stack):
     from pipelines_dagster.resources.crawler import CrawlerResource
+    from pipelines_dagster.resources.network import NetworkAccess
     from tests.support.web import Reply, redirect
 
     web = embedded.web
     embedded.crawler = CrawlerResource(
-        allowed_networks=["127.0.0.1/32"], max_attempts=2, total_timeout=1, max_body_bytes=50_000
+        network=NetworkAccess(allowed_networks=["127.0.0.1/32"]), max_attempts=2, total_timeout=1, max_body_bytes=50_000
     )
     web.route("/flaky", Reply(status=500, body="oops"), page("Flaky", "Works the second time."))
     web.route(

@@ -14,6 +14,7 @@ from pipelines_dagster.core.crawl.host_budget import slot_lock_name
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
+from pipelines_dagster.resources.network import NetworkAccess
 from pipelines_dagster.settings import load_settings
 from tests.support.web import Reply, Request, WebServer, page
 
@@ -52,7 +53,9 @@ def slot_owners_seen_by_the_server(crawler: CrawlerResource, locks: LocksResourc
 
 
 def crawler_resource(**fields: object) -> CrawlerResource:
-    return CrawlerResource(allowed_networks=["127.0.0.1/32"], per_host_concurrency=1, obey_robots=False, **fields)
+    return CrawlerResource(
+        network=NetworkAccess(allowed_networks=["127.0.0.1/32"]), per_host_concurrency=1, obey_robots=False, **fields
+    )
 
 
 def test_with_locks_each_request_holds_the_hosts_shared_slot(locks: LocksResource) -> None:

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.agent_tools import build_cost_tools
+from pipelines_dagster.api.schemas.costs import CostTotalsOut
 from pipelines_dagster.app_db.engine import session_factory, transaction
 from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry
 from pipelines_dagster.core.catalog.pipelines import create_pipeline
@@ -96,7 +97,9 @@ def test_the_cli_and_the_chat_tool_show_the_ledgers_totals_of_their_workspace_on
         billing.charge(workspace_id, micros, idempotency_key=key, usage={"pipeline_id": docs, "run_id": key})
 
     shown = cli.json("costs", "--workspace", str(workspace["id"]))
-    assert (shown["id"], shown["micros"], shown["charges"]) == (workspace["id"], 5000, 2)
+    # The API's model of GET .../costs, as every --json prints the API's models.
+    assert shown == CostTotalsOut.model_validate(shown).model_dump(mode="json")
+    assert (shown["since"], shown["until"], shown["micros"], shown["charges"]) == (None, None, 5000, 2)
     assert [(p["pipeline_id"], p["pipeline_name"], p["micros"]) for p in shown["pipelines"]] == [(docs, "docs", 5000)]
     text = cli("costs", "--workspace", str(workspace["id"]), "--since", "2020-01-01").output
     assert text.splitlines() == ["5000 micro-credits in 2 charges", f"{docs}\tdocs\t5000\t2 charges"]

@@ -122,7 +122,7 @@ def api_url(postgres_url: str, tmp_path: Path) -> Iterator[str]:
     command = [
         str(Path(sys.executable).with_name("uvicorn")),
         "--factory",
-        "pipelines_dagster.api:create_app",
+        "pipelines_dagster.api.app:create_app",
         "--host",
         "127.0.0.1",
         "--port",

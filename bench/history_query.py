@@ -40,8 +40,7 @@ from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.partitions import partition_key
-from pipelines_dagster.runs import PARTITION_TAG, run_tags
+from pipelines_dagster.runs import PARTITION_TAG, partition_key, run_tags
 
 ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 WORKSPACES = 10

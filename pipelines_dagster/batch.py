@@ -21,7 +21,6 @@ from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_me
 from pipelines_dagster.assets.crawl_results import crawl_partition, retry_plan
 from pipelines_dagster.core.triggers.scheduler import ScheduledFire
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
-from pipelines_dagster.partitions import partition_key
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import BlobStoreResource
@@ -35,6 +34,7 @@ from pipelines_dagster.runs import (
     Trigger,
     batch_run_key,
     batch_tags,
+    partition_key,
 )
 
 T = TypeVar("T")

@@ -6,8 +6,7 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-# Re-exported: the assets and sensors take a pipeline's partition from here, with its definition.
-from pipelines_dagster.runs import partition_key as partition_key
+from pipelines_dagster.runs import partition_key
 
 # Its own constant: the instance's calls need the name as a str, which the definition's `name` may not be.
 PARTITIONS_NAME = "pipelines"

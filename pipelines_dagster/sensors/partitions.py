@@ -4,8 +4,9 @@ import dagster as dg
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.partitions import PARTITIONS_NAME, partition_key, pipelines_partitions
+from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.runs import partition_key
 
 
 @dg.sensor(

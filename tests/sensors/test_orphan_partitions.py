@@ -18,8 +18,9 @@ from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.catalog.workspaces import create_workspace
-from pipelines_dagster.partitions import PARTITIONS_NAME, partition_key
+from pipelines_dagster.partitions import PARTITIONS_NAME
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.runs import partition_key
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from tests.sensors.test_trigger_sensors import app_db, evaluate, instance  # noqa: F401  (fixtures)
 from tests.support.processes import kill_when_it_says

@@ -6,7 +6,6 @@ import click
 
 from pipelines_dagster import mcp_server
 from pipelines_dagster.cli.common import open_sessions, user_errors
-from pipelines_dagster.core.catalog.workspaces import InvalidTokenError
 from pipelines_dagster.settings import load_settings
 
 
@@ -55,10 +54,7 @@ def mcp(token: str | None, over_http: bool, host: str, port: int) -> None:
         raise click.UsageError(f"give the workspace's API token in ${mcp_server.TOKEN_ENV} (or --token)")
     settings = load_settings()
     sessions = open_sessions(settings)
-    try:
-        token_workspace_id = mcp_server.token_workspace(sessions, token) if token is not None else None
-    except InvalidTokenError as exc:
-        raise click.ClickException(str(exc)) from None
+    token_workspace_id = mcp_server.token_workspace(sessions, token) if token is not None else None
     tools = mcp_server.WorkspaceTools.of_deployment(settings, sessions)
     if over_http:
         mcp_server.serve_http(tools, settings, host=host, port=port, only_workspace=token_workspace_id)

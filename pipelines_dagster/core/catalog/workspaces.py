@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import ApiToken, Workspace
-from pipelines_dagster.core.errors import NotFoundError
+from pipelines_dagster.core.errors import NotFoundError, UserError
 from pipelines_dagster.core.security.tokens import TOKEN_PREFIX, hash_token, new_token
 from pipelines_dagster.core.validation import validate_name
 
@@ -19,7 +19,7 @@ from pipelines_dagster.core.validation import validate_name
 LAST_USED_RESOLUTION = timedelta(minutes=5)
 
 
-class InvalidTokenError(LookupError):
+class InvalidTokenError(UserError, LookupError):
     """An API token that is unknown or revoked; the message says which, and what to use instead."""
 
 

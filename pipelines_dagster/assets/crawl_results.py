@@ -247,11 +247,6 @@ def crawl_partition(
     _policy_read(attempt_of, plan.retry)
     if resumable:
         _runtime_tags(instance, run, plan)
-    crawler_config = crawler.crawler.config
-    log.info(
-        f"{named(pipeline)}: crawl started (attempt {attempt}): {plan.scope()}, {crawler_config.per_host_concurrency} "
-        f"requests per host and {crawler_config.global_concurrency} in all at a time"
-    )
 
     def progress(done: CrawlProgress) -> None:
         # The one write per progress interval that history reads, beside the line the run log shows.
@@ -260,6 +255,11 @@ def crawl_partition(
 
     # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
+        config = crawler.crawler.config
+        log.info(
+            f"{named(pipeline)}: crawl started (attempt {attempt}): {plan.scope()}, {config.per_host_concurrency} "
+            f"requests per host and {config.global_concurrency} in all at a time"
+        )
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
         charge_key = crawl_charge_key(run.root_run_id or run.run_id, partition_key)

@@ -79,7 +79,14 @@ def _run_member(
     try:
         crawled = _with_retries(
             lambda attempt: crawl_partition(
-                context.instance, context.run, steps.key, **resources, trigger_tags={}, log=context.log, attempt=attempt
+                context.instance,
+                context.run,
+                steps.key,
+                **resources,
+                trigger_tags={},
+                log=context.log,
+                log_event=context.log_event,
+                attempt=attempt,
             ),
             log=context.log,
             what=f"pipeline {pipeline.pipeline_id}: crawl_results",

@@ -1,5 +1,6 @@
 """The metadata of a `crawl_results` materialization, typed: written once by the crawl step, read by
-history, the demo, the checks and the maintenance schedule through `CrawlMetadata.read`.
+history, the demo, the checks and the maintenance schedule through `CrawlMetadata.read`; and of the
+observations of a crawl under way (`CrawlProgressMetadata`), which history reads while the run lasts.
 
 A key renamed here is renamed for every reader; a key an older run never wrote reads as None.
 """
@@ -7,8 +8,8 @@ A key renamed here is renamed for every reader; a key an older run never wrote r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
 
 import dagster as dg
 
@@ -16,6 +17,8 @@ from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, succes
 from pipelines_dagster.runs import CRAWL_RESULTS_ASSET
 
 CRAWL_RESULTS = dg.AssetKey(CRAWL_RESULTS_ASSET)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +69,11 @@ class CrawlMetadata:
     """Discovery did not stop at max pages: pages the crawl did not reach are removed and archived."""
     crawl_health: str | None = None
     """The verdict in a sentence."""
+    pages_per_second: float | None = None
+    """Pages fetched per second of crawling (not counting the wait for locks, nor pages resumed)."""
+    rate_limited_by: str | None = None
+    """What limited the crawl's rate (a robots.txt Crawl-delay, the shared host budget, concurrency); absent when
+    nothing held its requests back."""
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""
@@ -83,17 +91,7 @@ class CrawlMetadata:
     @classmethod
     def read(cls, metadata: Mapping[str, dg.MetadataValue | Any]) -> CrawlMetadata:
         """From a materialization's metadata (Dagster's values or plain ones, as a step returns them)."""
-        # Checked against each field's type by _fits below.
-        values: dict[str, Any] = {
-            key: value.value if isinstance(value, dg.MetadataValue) else value for key, value in metadata.items()
-        }
-        return cls(
-            **{
-                name: values[name]
-                for name, field in cls.__dataclass_fields__.items()
-                if name in values and _fits(values[name], str(field.type))
-            }
-        )
+        return _read(cls, metadata)
 
     @property
     def verdict(self) -> CrawlHealth | None:
@@ -117,6 +115,51 @@ class CrawlMetadata:
     def of_event(cls, record: dg.EventLogRecord | None) -> CrawlMetadata:
         materialization = record.asset_materialization if record else None
         return cls.read(materialization.metadata if materialization else {})
+
+
+PROGRESS_METADATA = "crawl_progress"
+"""The metadata key that makes an observation of `crawl_results` a crawl's progress: the sentence the run log shows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrawlProgressMetadata:
+    """How far a crawl under way has got, as the crawl step observes it once per progress interval (10 s)."""
+
+    crawl_progress: str | None = None
+    urls_attempted: int | None = None
+    urls_succeeded: int | None = None
+    urls_empty: int | None = None
+    urls_failed: int | None = None
+    urls_total: int | None = None
+    """A list's URLs, or the pages a site crawl discovered so far."""
+    pages_per_second: float | None = None
+    eta_seconds: float | None = None
+    """Seconds until the total is done at the rate so far; absent before there is a rate."""
+    elapsed_seconds: float | None = None
+    rate_limited_by: str | None = None
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+    @classmethod
+    def read(cls, metadata: Mapping[str, dg.MetadataValue | Any]) -> CrawlProgressMetadata | None:
+        """From an observation's metadata; None when the observation is not a crawl's progress."""
+        return _read(cls, metadata) if PROGRESS_METADATA in metadata else None
+
+
+def _read(cls: type[T], metadata: Mapping[str, dg.MetadataValue | Any]) -> T:
+    """A metadata dataclass from Dagster's values or plain ones (as a step returns them), each field
+    checked against its type: what does not fit (a run written by another version) reads as None."""
+    values: dict[str, Any] = {
+        key: value.value if isinstance(value, dg.MetadataValue) else value for key, value in metadata.items()
+    }
+    return cls(
+        **{
+            field.name: values[field.name]
+            for field in fields(cls)  # type: ignore[arg-type]  # cls is one of this module's dataclasses
+            if field.name in values and _fits(values[field.name], str(field.type))
+        }
+    )
 
 
 def _fits(value: Any, annotation: str) -> bool:

@@ -7,7 +7,7 @@ state is that pipeline's own: its materializations and the failure it logged.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.ledger.costs import ChargedRun, run_charges
-from pipelines_dagster.crawl_metadata import CrawlMetadata
+from pipelines_dagster.crawl_metadata import CrawlMetadata, CrawlProgressMetadata
 from pipelines_dagster.runs import (
     ERROR_METADATA,
     MEMBER,
@@ -83,6 +83,9 @@ CLOCK_MARGIN_SECONDS = 60.0
 # A run's end time is the timestamp of its RUN_FAILURE event itself; the margin only absorbs rounding.
 FAILURE_MARGIN_SECONDS = 1.0
 EVENTS_PER_QUERY = 1000
+# How many of a partition's newest observations are read for a running crawl's progress: its newest
+# progress is the newest observation, unless a step logged a failure after it (the run then ends).
+PROGRESS_LOOKBACK = 5
 
 
 class PipelineRunView(pydantic.BaseModel):
@@ -122,6 +125,28 @@ class PipelineRunView(pydantic.BaseModel):
         default=None,
         description="Pages earlier runs of the chain stored and this run's crawl replayed, not fetched or charged "
         "again; null when it continued nothing.",
+    )
+    crawls_total: int | None = pydantic.Field(
+        default=None,
+        description="While the crawl runs: the URLs it has to do, its list's or the pages a site crawl discovered "
+        "so far (it may find more); null once the crawl is stored, whose crawls_attempted is its total.",
+    )
+    pages_per_second: float | None = pydantic.Field(
+        default=None, description="Pages fetched per second of crawling: so far while it runs, in all once stored."
+    )
+    eta_seconds: float | None = pydantic.Field(
+        default=None,
+        description="While the crawl runs: seconds until crawls_total is done at the rate so far; null otherwise.",
+    )
+    rate_limited_by: str | None = pydantic.Field(
+        default=None,
+        description="What limits (or limited) the crawl's rate: a robots.txt Crawl-delay, the host budget shared "
+        "by all runs, per-host or global concurrency; null when nothing held its requests back.",
+    )
+    progress_at: datetime | None = pydantic.Field(
+        default=None,
+        description="While the crawl runs: when the counts were recorded (every 10 s of crawling; none in a "
+        "crawl's first 10 s); null once the crawl is stored.",
     )
 
 
@@ -166,11 +191,21 @@ class _Entry:
 
 
 @dataclass(frozen=True)
+class _Live:
+    """A crawl under way: its newest progress, and when the step recorded it."""
+
+    progress: CrawlProgressMetadata
+    at: float
+
+
+@dataclass(frozen=True)
 class _MemberEvents:
     """What one pipeline of a batch run logged: its materializations and failures, by asset."""
 
     materializations: Mapping[dg.AssetKey, dg.EventLogRecord]
     failures: Mapping[dg.AssetKey, dg.EventLogRecord]
+    live: _Live | None = None
+    """Its crawl's newest progress, while it crawls."""
 
     def metadata(self, asset_key: dg.AssetKey) -> Mapping[str, dg.MetadataValue]:
         record = self.materializations.get(asset_key)
@@ -207,7 +242,7 @@ class _MemberEvents:
         if PAGE_CHANGES in self.materializations:  # its last step
             return "succeeded"
         if run.status == dg.DagsterRunStatus.STARTED:
-            return "running" if self.materializations else "queued"
+            return "running" if self.materializations or self.live else "queued"
         return RUN_STATUS[run.status]
 
     def steps(self) -> list[StepSummary]:
@@ -380,6 +415,10 @@ class RunHistory:
         single = [entry for entry in entries if not entry.batch]
         crawls = self._asset_records(self._instance.fetch_materializations, CRAWL_RESULTS, single)
         documents = self._asset_records(self._instance.fetch_materializations, KB_DOCUMENTS, single)
+        # A crawl under way has stored nothing yet: its progress says how far it got.
+        crawling = self._live(
+            [entry for entry in single if entry.key not in crawls and RUN_STATUS[entry.run.status] == "running"]
+        )
         if members is None:
             members = self._member_events([entry for entry in entries if entry.batch])
         errors = self._failures(list({entry.run.run_id: entry.record for entry in entries}.values()))
@@ -407,6 +446,7 @@ class RunHistory:
                 done = status in ("succeeded", "failed", "canceled")
                 finished_at = _from_timestamp((events.finished_at or record.end_time) if done else None)
                 error = events.error or (errors.get(run.run_id) if status == "failed" else None)
+                live = events.live
             else:
                 status = RUN_STATUS[run.status]
                 crawl, kb = CrawlMetadata.of_event(crawls.get(entry.key)), _metadata(documents.get(entry.key))
@@ -416,6 +456,7 @@ class RunHistory:
                 if status == "failed" and verdict is not None and not verdict.healthy:
                     # The blocking check that failed the run names only itself; the crawl says why.
                     error = verdict.failure
+                live = crawling.get(entry.key)
             charge = charges.get((run.run_id, partition_key(entry.pipeline_id)))
             views.append(
                 PipelineRunView(
@@ -428,10 +469,7 @@ class RunHistory:
                     created_at=_utc(record.create_timestamp),
                     started_at=started_at,
                     finished_at=finished_at,
-                    crawls_attempted=crawl.urls_attempted,
-                    crawls_succeeded=crawl.urls_succeeded,
-                    crawls_empty=crawl.urls_empty,
-                    crawls_failed=crawl.urls_failed,
+                    **_crawl_counts(crawl, live),
                     documents_created=_int(kb, "documents_created"),
                     documents_updated=_int(kb, "documents_updated"),
                     documents_unchanged=_int(kb, "documents_unchanged"),
@@ -447,6 +485,27 @@ class RunHistory:
             )
         return views
 
+    def _live(self, entries: Sequence[_Entry]) -> dict[tuple[str, int], _Live]:
+        """The newest progress of each crawl under way, from a few of its partition's newest observations:
+        a query per entry, with a small limit, so a crawl that ran for hours costs no more than a new one."""
+        found = {}
+        for entry in entries:
+            start = entry.record.start_time
+            if start is None:
+                continue
+            records_filter = dg.AssetRecordsFilter(
+                asset_key=CRAWL_RESULTS,
+                asset_partitions=[partition_key(entry.pipeline_id)],
+                after_timestamp=start - CLOCK_MARGIN_SECONDS,
+            )
+            for record in self._instance.fetch_observations(records_filter, limit=PROGRESS_LOOKBACK).records:
+                observation = record.asset_observation
+                progress = CrawlProgressMetadata.read(observation.metadata) if observation is not None else None
+                if record.run_id == entry.run.run_id and progress is not None:
+                    found[entry.key] = _Live(progress, record.timestamp)
+                    break
+        return found
+
     def _member_events(self, entries: Sequence[_Entry]) -> dict[tuple[str, int], _MemberEvents]:
         """What each pipeline of the page's batch runs logged, from a query per asset and event kind."""
         if not entries:
@@ -459,7 +518,7 @@ class RunHistory:
             )
             for asset_key in STEP_ASSETS
         }
-        return {
+        members = {
             entry.key: _MemberEvents(
                 materializations={
                     key: record for key in STEP_ASSETS if (record := fetched["materialization", key].get(entry.key))
@@ -474,6 +533,16 @@ class RunHistory:
             )
             for entry in entries
         }
+        crawling = self._live(
+            [
+                entry
+                for entry in entries
+                if entry.run.status == dg.DagsterRunStatus.STARTED
+                and CRAWL_RESULTS not in members[entry.key].materializations
+                and not members[entry.key].failures
+            ]
+        )
+        return {key: replace(events, live=crawling.get(key)) for key, events in members.items()}
 
     def _asset_records(
         self,
@@ -570,6 +639,31 @@ def _batch_members(run: dg.DagsterRun) -> list[dict[str, Any]]:
     assert isinstance(ops, Mapping)  # run config is JSON: "ops" holds a mapping of op name to its config
     members: list[dict[str, Any]] = ops.get(PIPELINE_BATCH_OP, {}).get("config", {}).get("pipelines", [])
     return members
+
+
+def _crawl_counts(crawl: CrawlMetadata, live: _Live | None) -> dict[str, Any]:
+    """A run's crawl figures: those it stored, or while it crawls, those of its newest progress."""
+    if live is None:
+        return {
+            "crawls_attempted": crawl.urls_attempted,
+            "crawls_succeeded": crawl.urls_succeeded,
+            "crawls_empty": crawl.urls_empty,
+            "crawls_failed": crawl.urls_failed,
+            "pages_per_second": crawl.pages_per_second,
+            "rate_limited_by": crawl.rate_limited_by,
+        }
+    progress = live.progress
+    return {
+        "crawls_attempted": progress.urls_attempted,
+        "crawls_succeeded": progress.urls_succeeded,
+        "crawls_empty": progress.urls_empty,
+        "crawls_failed": progress.urls_failed,
+        "crawls_total": progress.urls_total,
+        "pages_per_second": progress.pages_per_second,
+        "eta_seconds": progress.eta_seconds,
+        "rate_limited_by": progress.rate_limited_by,
+        "progress_at": _from_timestamp(live.at),
+    }
 
 
 def _metadata(record: dg.EventLogRecord | None) -> Mapping[str, dg.MetadataValue]:

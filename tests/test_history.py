@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -17,11 +20,13 @@ from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
 from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.run import engine as run_engine
 from pipelines_dagster.history import RUN_STATUS, RunHistory
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import PARTITION_TAG, run_tags
 from tests.assets.conftest import Stack, embedded, materialization, production, stack, web  # noqa: F401
 from tests.assets.test_batch import run_batch
+from tests.support.web import page
 
 UI = "http://dagster.test/"
 
@@ -119,6 +124,9 @@ def test_a_succeeded_run_shows_its_trigger_counts_blob_charge_and_steps(stack: S
     assert (run.documents_created, run.documents_updated, run.documents_unchanged) == (4, 0, 0)
     assert run.charged_micros == crawl["charged_micros"] == 4000
     assert run.blob_key == crawl["blob_key"]
+    # A stored crawl: its rate over the crawl, and nothing of a crawl under way.
+    assert run.pages_per_second == crawl["pages_per_second"] > 0 and run.rate_limited_by is None
+    assert (run.crawls_total, run.eta_seconds, run.progress_at) == (None, None, None)
     assert run.created_at.utcoffset().total_seconds() == 0
     assert run.created_at <= run.started_at <= run.finished_at
     assert run.dagster_url == f"http://dagster.test/runs/{result.run_id}"
@@ -189,6 +197,66 @@ def test_queued_running_and_canceled_runs(embedded: Stack):
     assert canceled.finished_at is not None
     assert [r.run_id for r in history(embedded).list_runs(workspace_id, status="canceled").runs] == [queued.run_id]
     assert [r.run_id for r in history(embedded).list_runs(workspace_id, status="running").runs] == [started.run_id]
+
+
+def slow_pages(stack: Stack, count: int, *, prefix: str = "/slow") -> list[str]:
+    for n in range(count):
+        stack.web.route(f"{prefix}{n}", page(f"Slow {n}", f"Paragraph {n}.", delay=0.4))
+    return [stack.web.url(f"{prefix}{n}") for n in range(count)]
+
+
+def live_view(stack: Stack, workspace_id: int, pipeline_id: int, start: Callable[[], object]) -> tuple[Any, Any]:
+    """Start a run on a thread and read history while it crawls: the first view with counts of it (listed
+    and read alone), then the run's view once it has ended."""
+    done = threading.Thread(target=start)
+    done.start()
+    runs = history(stack)
+
+    def crawling() -> Any:
+        listed = runs.list_runs(workspace_id, pipeline_id=pipeline_id).runs
+        return next((run for run in listed if run.status == "running" and run.crawls_attempted is not None), None)
+
+    try:
+        deadline = time.monotonic() + 30
+        while (seen := crawling()) is None:
+            assert done.is_alive() and time.monotonic() < deadline, "the crawl ended before history saw it running"
+            time.sleep(0.05)
+        alone = runs.get_run(workspace_id, seen.run_id, pipeline_id=pipeline_id)
+    finally:
+        done.join(timeout=60)
+    [ended] = [run for run in runs.list_runs(workspace_id, pipeline_id=pipeline_id).runs if run.run_id == seen.run_id]
+    return (seen, alone), ended
+
+
+def test_a_running_crawl_shows_its_live_counts_and_once_stored_its_final_ones(embedded: Stack, monkeypatch):
+    monkeypatch.setattr(run_engine, "PROGRESS_EVERY_SECONDS", 0.2)
+    # Four at a time, 0.4 s each: about 1.2 s of crawling, progress every 0.2 s of it.
+    workspace_id, pipeline_id = embedded.pipeline(slow_pages(embedded, 12))
+    (seen, alone), ended = live_view(
+        embedded, workspace_id, pipeline_id, lambda: embedded.run(pipeline_id, workspace_id)
+    )
+    for view in (seen, alone):
+        assert view.crawls_total == 12 and 0 < view.crawls_attempted <= 12
+        assert view.crawls_attempted == view.crawls_succeeded + view.crawls_empty + view.crawls_failed
+        assert view.pages_per_second > 0 and view.eta_seconds is not None and view.progress_at is not None
+        assert view.finished_at is None and view.blob_key is None
+    assert alone.crawls_attempted >= seen.crawls_attempted
+    assert ended.status == "succeeded" and (ended.crawls_attempted, ended.crawls_succeeded) == (12, 12)
+    assert (ended.crawls_total, ended.eta_seconds, ended.progress_at) == (None, None, None)
+    assert ended.pages_per_second > 0
+
+
+def test_a_batch_member_under_way_shows_its_live_counts(embedded: Stack, monkeypatch):
+    monkeypatch.setattr(run_engine, "PROGRESS_EVERY_SECONDS", 0.2)
+    workspace_id, first = embedded.pipeline(embedded.site(1))
+    second = add_pipeline(embedded, workspace_id, slow_pages(embedded, 12, prefix="/batch"), name="slow")
+    (seen, alone), ended = live_view(
+        embedded, workspace_id, second, lambda: run_batch(embedded, [(workspace_id, first), (workspace_id, second)])
+    )
+    for view in (seen, alone):
+        assert view.pipeline_id == second and view.crawls_total == 12 and view.crawls_attempted > 0
+        assert view.pages_per_second > 0 and view.progress_at is not None
+    assert ended.status == "succeeded" and ended.crawls_attempted == 12 and ended.progress_at is None
 
 
 def test_pages_follow_the_cursor_newest_first_and_stay_put_when_runs_arrive(embedded: Stack):

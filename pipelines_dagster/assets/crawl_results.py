@@ -14,14 +14,20 @@ from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_me
 from pipelines_dagster.assets.partition import CrawlSource, partition_pipeline_id, refused
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
+from pipelines_dagster.core.crawl.throttle import describe_limits
 from pipelines_dagster.core.ledger.costs import crawl_charge_key
 from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
 from pipelines_dagster.core.run.engine import execute_crawl
 from pipelines_dagster.core.run.leases import NO_LOCK_WAIT, LockWait, OwnerState
 from pipelines_dagster.core.run.plan import RunPlan, RunRefused, plan_run
-from pipelines_dagster.core.run.report import CrawlReport
+from pipelines_dagster.core.run.report import CrawlProgress, CrawlReport
 from pipelines_dagster.core.triggers.payloads import shown_payload, trigger_payload
-from pipelines_dagster.crawl_metadata import CrawlMetadata, latest_crawl
+from pipelines_dagster.crawl_metadata import (
+    CRAWL_RESULTS,
+    CrawlMetadata,
+    CrawlProgressMetadata,
+    latest_crawl,
+)
 from pipelines_dagster.partitions import pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
@@ -141,6 +147,29 @@ def _judged(report: CrawlReport, pipeline: Pipeline, *, start_urls: int | None) 
     )
 
 
+def named(pipeline: Pipeline) -> str:
+    """The pipeline as its run log's start and summary lines name it."""
+    return f"pipeline {pipeline.id} ({pipeline.name})"
+
+
+def progress_observation(partition_key: str, progress: CrawlProgress) -> dg.AssetObservation:
+    """A crawl's progress as the observation history reads while the run lasts."""
+    eta = progress.eta_seconds
+    recorded = CrawlProgressMetadata(
+        crawl_progress=str(progress),
+        urls_attempted=progress.done,
+        urls_succeeded=progress.succeeded,
+        urls_empty=progress.empty,
+        urls_failed=progress.failed,
+        urls_total=progress.total,
+        pages_per_second=round(progress.pages_per_second, 2),
+        eta_seconds=round(eta, 1) if eta is not None else None,
+        elapsed_seconds=round(progress.elapsed_seconds, 1),
+        rate_limited_by=progress.limited_by,
+    )
+    return dg.AssetObservation(asset_key=CRAWL_RESULTS, partition=partition_key, metadata=recorded.to_metadata())
+
+
 @dataclass(frozen=True)
 class Crawled:
     """A crawl the step stored: the metadata of its materialization, and what the steps after it
@@ -186,6 +215,7 @@ def crawl_partition(
     crawler: CrawlerResource,
     trigger_tags: Mapping[str, str],
     log: dg.DagsterLogManager,
+    log_event: Callable[[dg.AssetObservation], None],
     attempt: int = 1,
     lock_wait: LockWait = NO_LOCK_WAIT,
     resumable: bool = False,
@@ -200,7 +230,8 @@ def crawl_partition(
     how long the crawl waits for a lock another run in progress holds. `resumable`: the crawl keeps
     a checkpoint, and goes on from the one the runs it retries left (`pipeline_run`'s crawls).
     `tag_run`: a run of this one pipeline that lacks the run contract's tags (a launch from the
-    Dagster UI) is given them.
+    Dagster UI) is given them. `log_event` records the crawl's progress (an observation of
+    crawl_results) once every progress interval, where history reads it while the run lasts.
     """
     started_at = time.time()
     attempt_of = (run.run_id, partition_key)
@@ -216,8 +247,19 @@ def crawl_partition(
     _policy_read(attempt_of, plan.retry)
     if resumable:
         _runtime_tags(instance, run, plan)
+
+    def progress(done: CrawlProgress) -> None:
+        # The one write per progress interval that history reads, beside the line the run log shows.
+        log.info(f"pipeline {plan.pipeline_id}: {done}")
+        log_event(progress_observation(partition_key, done))
+
     # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
+        config = crawler.crawler.config
+        log.info(
+            f"{named(pipeline)}: crawl started (attempt {attempt}): {plan.scope()}, {config.per_host_concurrency} "
+            f"requests per host and {config.global_concurrency} in all at a time"
+        )
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
         charge_key = crawl_charge_key(run.root_run_id or run.run_id, partition_key)
@@ -234,9 +276,10 @@ def crawl_partition(
             owners=lambda owner: owner_state(instance, owner),
             lock_wait=lock_wait,
             checkpoint=checkpoint,
-            progress=lambda done: log.info(f"pipeline {plan.pipeline_id}: {done}"),
+            progress=progress,
             warn=lambda message: log.warning(f"pipeline {plan.pipeline_id}: {message}"),
         )
+        log.info(f"{named(pipeline)}: crawl finished: {report.summary()}")
         start_urls = len(report.start_urls) if plan.site is not None else None
         threshold, health = _judged(report, pipeline, start_urls=start_urls)
         if not health.healthy:
@@ -280,6 +323,8 @@ def crawl_partition(
             crawl_healthy=health.healthy,
             crawl_complete=health.complete,
             crawl_health=health.why,
+            pages_per_second=round(report.pages_per_second, 2),
+            rate_limited_by=describe_limits(report.limits),
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))
@@ -333,6 +378,7 @@ def crawl_results(
             crawler=crawler,
             trigger_tags=context.run.tags,
             log=context.log,
+            log_event=context.log_event,
             attempt=context.retry_number + 1,
             resumable=True,
             tag_run=True,

@@ -242,7 +242,9 @@ def test_cli_pipeline_run_prints_the_run_id_and_refuses_a_second_while_the_first
 
     text = run(pipeline_id)
     assert text.exit_code == 0, text.output
-    run_id = text.output.strip()
+    run_id, link = text.output.splitlines()
+    # The run's page in the UI of the webserver it was launched through.
+    assert link == f"{dagster_webserver.url}/runs/{run_id}"
     # No daemon here: the first run stays queued, so the pipeline is busy.
     again = run(pipeline_id)
     assert (
@@ -289,7 +291,7 @@ def test_cli_pipeline_run_refusals_are_one_line_and_say_what_to_do(cli_env, live
     )
     assert created.exit_code == 0 and created.output.startswith("manual trigger "), created.output
     ran = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, str(manual_off)], catch_exceptions=False)
-    assert ran.exit_code == 0 and run_ids(dagster_webserver.instance, tenant, manual_off) == [ran.output.strip()]
+    assert ran.exit_code == 0 and run_ids(dagster_webserver.instance, tenant, manual_off) == [ran.output.split()[0]]
     monkeypatch.setenv(DAGSTER_URL_ENV, f"http://127.0.0.1:{free_port()}")
     result = cli_env.invoke(main, ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(enabled)])
     assert result.exit_code == 1 and "cannot reach the Dagster webserver" in result.output

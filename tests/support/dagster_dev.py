@@ -124,13 +124,16 @@ def seed(
     enabled: bool = True,
     topic: str | None = None,
     max_runtime_seconds: int | None = None,
+    site: WebServer | None = None,
 ) -> Seeded:
     """A workspace with credit and a web connector over `pages` pages of its own (under /{name}/, each
-    "Page n of {topic or name}.", titled "{topic or name} n"), and a pipeline over it."""
+    "Page n of {topic or name}.", titled "{topic or name} n", on `site`, else the deployment's), and a
+    pipeline over it."""
+    site = site or dev.site
     urls = []
     for n in range(pages):
-        dev.site.route(f"/{name}/{n}", page(f"{topic or name} {n}", f"Page {n} of {topic or name}.", delay=delay))
-        urls.append(dev.site.url(f"/{name}/{n}"))
+        site.route(f"/{name}/{n}", page(f"{topic or name} {n}", f"Page {n} of {topic or name}.", delay=delay))
+        urls.append(site.url(f"/{name}/{n}"))
     with transaction(dev.sessions) as session:
         workspace = create_workspace(session, name=name, owner_user_id=f"owner-{name}").workspace
         connector = create_connector(session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls)

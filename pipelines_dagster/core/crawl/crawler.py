@@ -20,6 +20,7 @@ from pipelines_dagster.core.crawl.extract.extracted import Extracted
 from pipelines_dagster.core.crawl.extract.workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.crawl.fetch import Fetcher
 from pipelines_dagster.core.crawl.host_budget import HostBudget
+from pipelines_dagster.core.crawl.throttle import RequestWaits
 from pipelines_dagster.core.crawl.types import (
     CrawlerConfig,
     CrawlOutcome,
@@ -72,11 +73,13 @@ class Crawler:
         *,
         previous: Mapping[str, PreviousFetch] | None = None,
         replay: Callable[[str], CrawlOutcome | None] | None = None,
+        waits: RequestWaits | None = None,
     ) -> AsyncIterator[CrawlOutcome]:
         """`crawl` over the URLs `source` hands out as the crawl goes: it may add URLs as outcomes
         come back, and the crawl ends when it has none left and none is in flight. A URL `replay`
         has an outcome for (an earlier run of the same crawl stored it) is not requested: that
-        outcome comes back in its place, so discovery goes on from it as from a fetch."""
+        outcome comes back in its place, so discovery goes on from it as from a fetch. `waits`
+        counts how long requests waited for each limiter (Crawl-delay, host budget, slots)."""
         config = self.config
         known = previous or {}
         if not known:
@@ -99,6 +102,7 @@ class Crawler:
                 source=source,
                 previous=known,
                 host_budget=self._host_budget,
+                waits=waits,
             )
             await source.prepare(run)
             window = _WINDOW_PER_SLOT * config.global_concurrency

@@ -20,6 +20,7 @@ from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, PLAIN_TEX
 from pipelines_dagster.core.crawl.host_budget import HostBudget, HostBudgetError
 from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsRules
 from pipelines_dagster.core.crawl.slots import HostSlots
+from pipelines_dagster.core.crawl.throttle import RequestWaits
 from pipelines_dagster.core.crawl.types import (
     CrawlerConfig,
     CrawlOutcome,
@@ -75,6 +76,7 @@ class Fetcher:
         source: UrlSource,
         previous: Mapping[str, PreviousFetch],
         host_budget: HostBudget | None = None,
+        waits: RequestWaits | None = None,
     ) -> None:
         self._config = config
         self._source = source
@@ -90,6 +92,7 @@ class Fetcher:
             global_concurrency=config.global_concurrency,
             crawl_delays=self._robots.crawl_delays,
             host_budget=host_budget,
+            waits=waits,
         )
 
     async def crawl_url(self, url: str, previous: PreviousFetch | None) -> CrawlOutcome:

@@ -1,5 +1,5 @@
 """How one crawl shares the hosts it visits: a slot per host and globally, the host budget shared with
-other crawls, and the Crawl-delay pacing robots.txt asks for."""
+other crawls, and the Crawl-delay pacing robots.txt asks for; how long each made its requests wait."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import httpx
 
 from pipelines_dagster.core.crawl.host_budget import HostBudget
 from pipelines_dagster.core.crawl.robots import origin
+from pipelines_dagster.core.crawl.throttle import Limiter, RequestWaits, at_once
 
 
 class HostSlots:
@@ -25,8 +26,10 @@ class HostSlots:
         global_concurrency: int,
         crawl_delays: Mapping[str, float],
         host_budget: HostBudget | None = None,
+        waits: RequestWaits | None = None,
     ) -> None:
         self._per_host = per_host
+        self._global_concurrency = global_concurrency
         self._global = asyncio.Semaphore(global_concurrency)
         self._hosts: dict[str, asyncio.Semaphore] = {}
         # Requests queued for a host[:port], to which a finished request hands its shared slot.
@@ -35,6 +38,8 @@ class HostSlots:
         """Each origin's Crawl-delay, filled in as robots.txt files are read."""
         self._next_request_at: dict[str, float] = {}
         self._budget = host_budget
+        self.waits = waits or RequestWaits()
+        """How long requests waited for each limiter, which the crawl reports as what limits its rate."""
 
     @contextlib.asynccontextmanager
     async def request(self, url: httpx.URL, *, host: str) -> AsyncIterator[None]:
@@ -55,6 +60,7 @@ class HostSlots:
         now = time.monotonic()
         start = max(now, self._next_request_at.get(key, now))
         self._next_request_at[key] = start + delay
+        self.waits.waited(Limiter.CRAWL_DELAY, key, start - now, setting=f"{delay:g} s between requests")
         if start > now:
             await asyncio.sleep(start - now)
         return delay
@@ -83,12 +89,28 @@ class HostSlots:
         )
         turn = budget.turn(shared_host, delay=delay) if budget is not None and delay else contextlib.nullcontext()
         self._queued[shared_host] += 1
+        since = time.monotonic()
         try:
             await host_slots.acquire()
         finally:
             self._queued[shared_host] -= 1
+        at_a_time = at_once(self._per_host)
+        since = self._waited(Limiter.HOST_CONCURRENCY, host, since, setting=at_a_time)
+        budgeted = f"{at_a_time}, {delay:g} s apart" if delay else at_a_time
         try:
-            async with shared, self._global, turn:
+            async with contextlib.AsyncExitStack() as held:
+                await held.enter_async_context(shared)
+                since = self._waited(Limiter.HOST_BUDGET, shared_host, since, setting=budgeted)
+                await held.enter_async_context(self._global)
+                since = self._waited(Limiter.GLOBAL_CONCURRENCY, "", since, setting=at_once(self._global_concurrency))
+                await held.enter_async_context(turn)
+                self._waited(Limiter.HOST_BUDGET, shared_host, since, setting=budgeted)
                 yield
         finally:
             host_slots.release()
+
+    def _waited(self, limiter: Limiter, where: str, since: float, *, setting: str) -> float:
+        """Count the wait for `limiter` that began at `since`; when it ended, now."""
+        now = time.monotonic()
+        self.waits.waited(limiter, where, now - since, setting=setting)
+        return now

@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pipelines_dagster.core.crawl.record import CrawlRecord, write_crawl
+from pipelines_dagster.core.crawl.throttle import RequestWaits
 from pipelines_dagster.core.crawl.types import CrawlOutcome, ListSource, PreviousFetch, UrlSource
 from pipelines_dagster.core.ledger.billing import Billing, InsufficientCreditsError
 from pipelines_dagster.core.run.checkpoint import Checkpoint
@@ -78,13 +79,14 @@ def iter_crawl(
     previous: Mapping[str, PreviousFetch],
     halt: Callable[[], None] | None = None,
     replay: Callable[[str], CrawlOutcome | None] | None = None,
+    waits: RequestWaits | None = None,
 ) -> Iterator[CrawlOutcome]:
     """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
 
     The crawl runs on its own event loop in a thread, handing over outcomes through a small queue.
     `halt` is called while the consumer waits, at least every half second: what it raises stops the
     crawl. Once the consumer stops, for that or any reason, the crawl is cancelled: requests in
-    flight are dropped and no new one is sent.
+    flight are dropped and no new one is sent. `waits` counts what held its requests back.
     """
     handoff: queue.Queue[Any] = queue.Queue(maxsize=64)
     stop = threading.Event()
@@ -102,7 +104,7 @@ def iter_crawl(
         task = asyncio.current_task()
         assert task is not None
         running.append((asyncio.get_running_loop(), task))
-        async for outcome in crawler.crawl_source(source, previous=previous, replay=replay):
+        async for outcome in crawler.crawl_source(source, previous=previous, replay=replay, waits=waits):
             if stop.is_set():
                 return
             try:
@@ -184,7 +186,8 @@ def execute_crawl(
     Raises RunRefused for a held lock or missing credit, before any request is sent. A lock whose
     owner `owners` says is a run that has ended is taken over instead, and one a run in progress
     holds is waited for within `lock_wait`. `progress` is called as
-    pages complete, at most once every `progress_every_seconds` (PROGRESS_EVERY_SECONDS when None).
+    pages complete, at most once every `progress_every_seconds` (PROGRESS_EVERY_SECONDS when None),
+    with the counts so far and what limits the crawl's rate; the report names what limited it.
 
     With a `checkpoint`, what the crawl fetches is also stored there as it goes (and once more when
     it is stopped), and what earlier runs of the same crawl stored there is replayed, not fetched:
@@ -234,6 +237,7 @@ def execute_crawl(
         report.start_urls = frozenset(filter(None, map(source.stored_key, plan.urls)))
 
         every = PROGRESS_EVERY_SECONDS if progress_every_seconds is None else progress_every_seconds
+        waits = RequestWaits()
 
         def locks_held() -> None:
             for lock in (pipeline_lock, connector_lock):
@@ -241,9 +245,12 @@ def execute_crawl(
                     raise LockLost(lock.name, pages=report.attempted)
 
         def records() -> Iterator[CrawlRecord]:
-            next_progress = started + every
+            # The rate counts from here: not the wait for locks before it.
+            crawling = time.monotonic()
+            next_progress = crawling + every
             replay = resumed.replay if len(resumed) else None
-            for outcome in iter_crawl(crawler, source, previous=previous.hints, halt=locks_held, replay=replay):
+            crawled = iter_crawl(crawler, source, previous=previous.hints, halt=locks_held, replay=replay, waits=waits)
+            for outcome in crawled:
                 record = resumed.record_of(outcome)
                 report.resumed += record is not None
                 if record is None:
@@ -252,14 +259,20 @@ def execute_crawl(
                         checkpoint.add(record)
                 report.count(record)
                 yield record
-                if progress is not None and (now := time.monotonic()) >= next_progress:
+                now = time.monotonic()
+                report.crawl_seconds = now - crawling
+                if progress is not None and now >= next_progress:
                     next_progress = now + every
                     progress(
                         CrawlProgress(
                             done=report.attempted,
                             total=len(plan.urls) if source.discovered is None else source.discovered,
                             failed=report.failed,
-                            elapsed_seconds=now - started,
+                            succeeded=report.succeeded,
+                            empty=report.empty,
+                            resumed=report.resumed,
+                            elapsed_seconds=now - crawling,
+                            limits=tuple(waits.limits(now - crawling)),
                         )
                     )
 
@@ -297,4 +310,5 @@ def execute_crawl(
         if checkpoint is not None:
             checkpoint.clear()
     report.duration_seconds = time.monotonic() - started
+    report.limits = tuple(waits.limits(report.crawl_seconds))
     return report

@@ -40,6 +40,13 @@ class RunPlan:
         """The most pages the crawl can fetch: what the credit check asks for before it starts."""
         return self.site.max_pages if self.site is not None else len(self.urls)
 
+    def scope(self) -> str:
+        """What the crawl covers, for its start line: "37 URLs of its list", or a site crawl's bounds."""
+        urls = f"{len(self.urls)} {'URL' if len(self.urls) == 1 else 'URLs'}"
+        if self.site is None:
+            return f"{urls} of its list"
+        return f"a site from {urls}, up to {self.site.max_pages} pages, {self.site.max_depth} links deep"
+
 
 def plan_run(session: Session, pipeline_id: int) -> RunPlan:
     """The guards, in the reference plan's order; RunRefused names the first that fails."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines_dagster.core.crawl.record import CrawlRecord
+from pipelines_dagster.core.crawl.throttle import Limit, describe_limits
 
 FAILED_URLS_SHOWN = 20
 
@@ -22,6 +23,8 @@ class CrawlReport:
     charged_micros: int = 0
     newly_charged: bool = False
     duration_seconds: float = 0.0
+    crawl_seconds: float = 0.0
+    """From the crawl's start to its last page: its duration without the wait for locks and credit."""
     failed_urls: list[tuple[str, str]] = field(default_factory=list)
     """(url, reason) of the first FAILED_URLS_SHOWN URLs that did not succeed."""
     pages_discovered: int | None = None
@@ -42,6 +45,8 @@ class CrawlReport:
     """Pages an earlier run of the same crawl stored in its checkpoint, replayed, not fetched again."""
     start_urls_failed: int = 0
     """A site crawl's start URLs that failed: all of them, and discovery had nowhere to go (`crawl_health`)."""
+    limits: tuple[Limit, ...] = ()
+    """What limited the crawl's rate (a Crawl-delay, the shared host budget, concurrency), the longest wait first."""
 
     def count(self, record: CrawlRecord) -> None:
         self.attempted += 1
@@ -57,19 +62,78 @@ class CrawlReport:
         if len(self.failed_urls) < FAILED_URLS_SHOWN:
             self.failed_urls.append((record.url, record.error or record.status))
 
+    @property
+    def pages_per_second(self) -> float:
+        """Pages fetched (not replayed from a checkpoint) per second of the crawl."""
+        return _rate(self.attempted - self.resumed, self.crawl_seconds)
+
+    def summary(self) -> str:
+        """The crawl in one sentence: its counts, its rate and what limited it."""
+        return (
+            f"{self.attempted} attempted, {self.succeeded} succeeded, {self.empty} empty, {self.failed} failed in "
+            f"{self.crawl_seconds:.1f} s of crawling ({self.pages_per_second:.1f} pages/s); {_limited_by(self.limits)}"
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class CrawlProgress:
-    """How far a crawl has got: pages done (failed among them) of its total, after `elapsed_seconds`."""
+    """How far a crawl has got: pages done (succeeded, empty and failed) of its total, after `elapsed_seconds`.
+
+    The total is a list's URLs, or the pages a site crawl discovered so far (it may find more)."""
 
     done: int
     total: int
     failed: int
     elapsed_seconds: float
+    succeeded: int = 0
+    empty: int = 0
+    resumed: int = 0
+    """Pages replayed from an earlier run's checkpoint, not fetched: they do not count towards the rate."""
+    limits: tuple[Limit, ...] = ()
 
     @property
     def pages_per_second(self) -> float:
-        return self.done / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+        return _rate(self.done - self.resumed, self.elapsed_seconds)
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Seconds until the total is done at the rate so far; None before there is a rate."""
+        left = max(self.total - self.done, 0)
+        if not left:
+            return 0.0
+        rate = self.pages_per_second
+        return left / rate if rate > 0 else None
+
+    @property
+    def limited_by(self) -> str | None:
+        return describe_limits(self.limits)
 
     def __str__(self) -> str:
-        return f"crawled {self.done} of {self.total} pages, {self.failed} failed, {self.pages_per_second:.1f} pages/s"
+        eta, named = self.eta_seconds, self.limited_by
+        left = f", about {duration(eta)} left" if eta else ""
+        limited = f"; rate limited by {named}" if named else ""
+        return (
+            f"crawled {self.done} of {self.total} pages, {self.failed} failed, {self.pages_per_second:.1f} pages/s"
+            f"{left}{limited}"
+        )
+
+
+def _rate(pages: int, seconds: float) -> float:
+    return pages / seconds if seconds > 0 else 0.0
+
+
+def _limited_by(limits: tuple[Limit, ...]) -> str:
+    named = describe_limits(limits)
+    return f"rate limited by {named}" if named else "no limit held requests back"
+
+
+def duration(seconds: float) -> str:
+    """`seconds` as a person reads it: 42 s, 3 min 5 s, 2 h 10 min."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"

@@ -54,3 +54,10 @@ def create_pipeline(session: Session, instance: dg.DagsterInstance, **fields: An
 def delete_pipeline(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, pipeline_id: int) -> None:
     pipelines.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
     after_commit(session, partial(remove_pipeline_partition, instance, pipeline_id))
+
+
+def delete_connector(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, connector_id: int) -> None:
+    """A connector with its own periodic indexing pipelines, whose partitions go with them."""
+    removed = connectors.delete_connector(session, workspace_id=workspace_id, connector_id=connector_id)
+    for pipeline_id in removed:
+        after_commit(session, partial(remove_pipeline_partition, instance, pipeline_id))

@@ -1,11 +1,13 @@
-"""Connectors over the API: list and site crawls, bounds refused by field, and only the token's own workspace."""
+"""Connectors over the API: list and site crawls, bounds refused by field, partial update (PATCH), replacement
+(PUT), deletion refused while a pipeline crawls the connector, and only the token's own workspace."""
 
 from __future__ import annotations
 
 import pytest
 
+from pipelines_dagster.runs import partition_key
 from tests.api.conftest import Tenant
-from tests.api.test_pipelines import fields_of
+from tests.api.test_pipelines import create, fields_of, partitions
 from tests.support.db import row_counts
 
 
@@ -58,5 +60,97 @@ def test_bad_input_answers_422_naming_the_field_and_writes_nothing(client, app_e
 
 
 def test_another_workspaces_connector_is_not_found(client, tenant: Tenant, other: Tenant):
-    assert client.get(f"{connectors(tenant)}/{other.connector_id}", headers=tenant.headers).status_code == 404
+    theirs = f"{connectors(tenant)}/{other.connector_id}"
+    assert client.get(theirs, headers=tenant.headers).status_code == 404
+    assert client.patch(theirs, headers=tenant.headers, json={"name": "mine"}).status_code == 404
+    assert client.put(theirs, headers=tenant.headers, json={"urls": ["https://e.com/"]}).status_code == 404
+    assert client.delete(theirs, headers=tenant.headers).status_code == 404
+    assert client.get(f"{connectors(other)}/{other.connector_id}", headers=other.headers).json()["name"] != "mine"
     assert client.get(connectors(other), headers=tenant.headers).status_code in {401, 403, 404}
+
+
+SITE = {
+    "start_urls": ["https://docs.example.com/"],
+    "max_depth": 2,
+    "max_pages": 300,
+    "include": ["/docs/**"],
+    "exclude": [],
+    "subdomains": False,
+    "drop_query_params": [],
+}
+
+
+def test_patch_changes_only_the_fields_given_and_switches_between_list_and_site(client, tenant: Tenant):
+    url = f"{connectors(tenant)}/{tenant.connector_id}"
+    before = client.get(url, headers=tenant.headers).json()
+    renamed = client.patch(url, headers=tenant.headers, json={"name": "Docs"})
+    assert renamed.status_code == 200, renamed.text
+    assert renamed.json() == {**before, "name": "Docs"}
+    to_site = client.patch(url, headers=tenant.headers, json={"site": SITE}).json()
+    assert (to_site["name"], to_site["mode"], to_site["urls"], to_site["site"]) == ("Docs", "site", None, SITE)
+    to_list = client.patch(url, headers=tenant.headers, json={"mode": "list", "urls": ["https://e.com/a"]}).json()
+    assert (to_list["mode"], to_list["urls"], to_list["site"]) == ("list", ["https://e.com/a"], None)
+    assert client.get(url, headers=tenant.headers).json() == to_list
+
+
+def test_put_replaces_the_connector_as_a_whole(client, tenant: Tenant):
+    url = f"{connectors(tenant)}/{tenant.connector_id}"
+    client.patch(url, headers=tenant.headers, json={"name": "Docs"})
+    replaced = client.put(url, headers=tenant.headers, json={"site": SITE})
+    assert replaced.status_code == 200, replaced.text
+    # The name left out is the default one again, as on creation.
+    assert (replaced.json()["name"], replaced.json()["mode"], replaced.json()["site"]) == (
+        "webcrawler connector",
+        "site",
+        SITE,
+    )
+    assert fields_of(client.put(url, headers=tenant.headers, json={"name": "Docs"})) == ["urls"]
+
+
+UPDATE_INVALID = [
+    ({"name": None}, ["name"]),
+    ({"urls": ["https://e.com/"], "site": {"start_urls": ["https://e.com/"]}}, ["site"]),
+    ({"urls": ["ftp://e.com/"]}, ["urls"]),
+    ({"urls": []}, ["urls"]),
+    ({"mode": "list"}, ["urls"]),
+    ({"mode": "site"}, ["site"]),
+    ({"site": {"start_urls": ["https://e.com/"], "max_depth": -1}}, ["site.max_depth"]),
+    ({"type": "dropbox"}, ["type"]),
+]
+
+
+@pytest.mark.parametrize(("body", "fields"), UPDATE_INVALID)
+@pytest.mark.parametrize("method", ["PATCH", "PUT"])
+def test_bad_update_answers_422_naming_the_field_and_changes_nothing(client, tenant: Tenant, method, body, fields):
+    if method == "PUT" and body == {"name": None}:
+        body = {"name": ""}
+    url = f"{connectors(tenant)}/{tenant.connector_id}"
+    before = client.get(url, headers=tenant.headers).json()
+    assert sorted(fields_of(client.request(method, url, headers=tenant.headers, json=body))) == fields
+    assert client.get(url, headers=tenant.headers).json() == before
+
+
+def test_delete_is_refused_while_a_pipeline_crawls_the_connector(client, tenant: Tenant):
+    url = f"{connectors(tenant)}/{tenant.connector_id}"
+    made = create(client, tenant, name="Docs nightly").json()
+    refused = client.delete(url, headers=tenant.headers)
+    assert refused.status_code == 409, refused.text
+    assert f"pipeline {made['id']} (Docs nightly)" in refused.json()["detail"]
+    assert client.get(url, headers=tenant.headers).status_code == 200
+    assert client.delete(f"{tenant.pipelines}/{made['id']}", headers=tenant.headers).status_code == 204
+    assert client.delete(url, headers=tenant.headers).status_code == 204
+    assert client.get(url, headers=tenant.headers).status_code == 404
+    assert client.delete(url, headers=tenant.headers).status_code == 404
+
+
+def test_delete_takes_the_connectors_own_indexing_and_its_partition_with_it(client, instance, tenant: Tenant):
+    made = client.post(
+        connectors(tenant),
+        headers=tenant.headers,
+        json={"type": "webcrawler", "urls": ["https://e.com/"], "index_every_minutes": 60},
+    ).json()
+    [own] = [p for p in client.get(tenant.pipelines, headers=tenant.headers).json()["pipelines"] if p["system_managed"]]
+    assert partition_key(own["id"]) in partitions(instance)
+    assert client.delete(f"{connectors(tenant)}/{made['id']}", headers=tenant.headers).status_code == 204
+    assert client.get(f"{tenant.pipelines}/{own['id']}", headers=tenant.headers).status_code == 404
+    assert partition_key(own["id"]) not in partitions(instance)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from pipelines_dagster.api.schemas.common import MAX_URLS, EveryMinutes, Name, RequestBody
 from pipelines_dagster.app_db.models import Connector
@@ -59,15 +60,30 @@ class SiteOut(BaseModel):
         return cls.model_validate(site.to_config())
 
 
-class ConnectorCreate(RequestBody):
-    """A web connector crawls `urls` (mode list, the default) or discovers `site` (mode site)."""
+class ConnectorReplace(RequestBody):
+    """A connector as a whole, but for what is fixed when it is made (its type, its own periodic indexing): a web
+    connector crawls `urls` (mode list, the default) or discovers `site` (mode site)."""
 
-    type: str = Field(description="The connector type, e.g. webcrawler.")
-    name: Name | None = None
+    name: Name | None = Field(default=None, description="Default: the type's, e.g. `webcrawler connector`.")
     mode: str | None = Field(default=None, description="list or site; site when `site` is given.")
     urls: list[str] | None = Field(default=None, max_length=MAX_URLS, description="The URLs a list crawl fetches.")
     site: SiteIn | None = None
+
+
+class ConnectorCreate(ConnectorReplace):
+    type: str = Field(description="The connector type, e.g. webcrawler.")
     index_every_minutes: EveryMinutes | None = Field(default=None, description="The connector's own periodic indexing.")
+
+
+class ConnectorUpdate(ConnectorReplace):
+    """Only the fields given change: `urls` make it a list crawl, `site` (replaced as a whole) a site crawl."""
+
+    @field_validator("name", "mode", "urls", "site", mode="before")
+    @classmethod
+    def _refuse_null(cls, value: Any) -> Any:
+        if value is None:
+            raise PydanticCustomError("not_null", "must not be null; leave the field out to keep its value")
+        return value
 
 
 class ConnectorOut(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -11,7 +12,7 @@ from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, 
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, _schedule_triggers, set_schedule, validate_interval
 from pipelines_dagster.core.catalog.workspaces import get_workspace
 from pipelines_dagster.core.crawl.site.config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
-from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
+from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
 from pipelines_dagster.core.validation import validate_choice, validate_name, validate_urls
 
 URLS_KEY = "INITIAL_URLS"
@@ -53,20 +54,22 @@ def create_connector(
     connector = Connector(
         workspace_id=workspace_id,
         connector_type=kind.value,
-        name=validate_name(name) if name else f"{kind.value} connector",
+        name=validate_name(name) if name else _default_name(kind),
         config={},
         periodic_indexing_enabled=index_every_minutes is not None,
         indexing_frequency_minutes=index_every_minutes,
     )
-    if kind is ConnectorType.WEBCRAWLER and site is not None:
-        connector.config = {CRAWL_MODE_KEY: CrawlMode.SITE.value, SITE_KEY: site.to_config()}
-    elif kind is ConnectorType.WEBCRAWLER:
-        set_initial_urls(connector, validate_urls(urls or [], field="url"))
+    if kind is ConnectorType.WEBCRAWLER:
+        _set_crawl(connector, urls=None if site else validate_urls(urls or [], field="url"), site=site)
     session.add(connector)
     session.flush()
     if index_every_minutes is not None:
         _create_default_pipeline(session, workspace, connector, now=now or datetime.now(UTC))
     return connector
+
+
+def _default_name(kind: ConnectorType) -> str:
+    return f"{kind.value} connector"
 
 
 def _create_default_pipeline(
@@ -156,3 +159,74 @@ def list_connectors(session: Session, *, workspace_id: int) -> list[Connector]:
     """The workspace's connectors by id."""
     query = sa.select(Connector).where(Connector.workspace_id == workspace_id).order_by(Connector.id)
     return list(session.scalars(query))
+
+
+def _set_crawl(connector: Connector, *, urls: list[str] | None, site: SiteConfig | None) -> None:
+    """What a web connector crawls: a list of validated URLs, or a site; the other is dropped."""
+    config = {key: value for key, value in connector.config.items() if key not in {URLS_KEY, CRAWL_MODE_KEY, SITE_KEY}}
+    if site is not None:
+        config |= {CRAWL_MODE_KEY: CrawlMode.SITE.value, SITE_KEY: site.to_config()}
+    connector.config = config if urls is None else {**config, URLS_KEY: urls}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectorChanges:
+    """What `update_connector` changes: the fields given (None keeps the value). URLs make a web connector a
+    list crawl, a site makes it a site crawl; its type and its own periodic indexing stay as they were made."""
+
+    name: str | None = None
+    urls: list[str] | None = None
+    site: SiteConfig | None = None
+
+
+def update_connector(
+    session: Session, *, workspace_id: int, connector_id: int, changes: ConnectorChanges, replace: bool = False
+) -> Connector:
+    """Change what `changes` gives, or with `replace` set the connector to it as a whole (a name left out is
+    the default one, a web connector needs URLs or a site); every check passes before anything is written.
+    Pipelines over the connector crawl what it says from their next run on (a pipeline's own URLs still
+    replace its connector's)."""
+    connector = get_connector(session, workspace_id=workspace_id, connector_id=connector_id)
+    kind = ConnectorType(connector.connector_type)
+    urls, site = changes.urls, changes.site
+    if urls is not None and site is not None:
+        raise InvalidInputError("site", "give the URLs to crawl (urls) or a site to discover (site), not both")
+    if replace and kind is ConnectorType.WEBCRAWLER and site is None:
+        urls = urls or []
+    if kind is not ConnectorType.WEBCRAWLER and (urls is not None or site is not None):
+        raise InvalidInputError("site" if site else "urls", f"a {kind.value} connector takes no URLs")
+    name = changes.name if changes.name is not None else _default_name(kind) if replace else connector.name
+    name = validate_name(name)
+    urls = None if urls is None else validate_urls(urls, field="urls")
+    connector.name = name
+    if urls is not None or site is not None:
+        _set_crawl(connector, urls=urls, site=site)
+    session.flush()
+    return connector
+
+
+class ConnectorInUseError(ConflictError):
+    """Pipelines of the user's still crawl the connector."""
+
+
+def delete_connector(session: Session, *, workspace_id: int, connector_id: int) -> list[int]:
+    """Delete a connector with its own periodic indexing; refused while any other pipeline crawls it, since
+    deleting it would delete them too. The ids of the connector's own indexing pipelines, deleted with it."""
+    get_connector(session, workspace_id=workspace_id, connector_id=connector_id)
+    # Under the connector's row lock (SQLite: the writer lock), so a pipeline made over it meanwhile either
+    # is counted here or waits and then finds no connector: none is deleted with it unseen.
+    connector = session.get(Connector, connector_id, with_for_update=True, populate_existing=True)
+    assert connector is not None
+    rows = session.execute(
+        sa.select(Pipeline.id, Pipeline.name, Pipeline.system_managed)
+        .where(Pipeline.connector_id == connector_id)
+        .order_by(Pipeline.id)
+    ).all()
+    if users := [f"{row.id} ({row.name})" for row in rows if not row.system_managed]:
+        raise ConnectorInUseError(
+            f"connector {connector_id} is crawled by pipeline{'s' if len(users) > 1 else ''} {', '.join(users)}; "
+            "delete them or give them another connector first"
+        )
+    session.delete(connector)
+    session.flush()
+    return [row.id for row in rows]

@@ -244,14 +244,16 @@ def test_pipeline_create_interval_no_kb_disabled(cli, workspace, connector):
 def test_a_pipelines_max_runtime_is_set_changed_and_given_back_to_the_deployment(cli, workspace, connector):
     ws = str(workspace["id"])
     args = ["--workspace", ws, "--connector", str(connector["id"])]
-    made = cli.json("pipeline", "create", *args, "--name", "long", "--max-runtime", "14400")
+    made = cli.json("pipeline", "create", *args, "--name", "long", "--max-runtime-seconds", "14400")
     assert made["max_runtime_seconds"] == 14400
     assert cli.json("pipeline", "create", *args, "--name", "plain")["max_runtime_seconds"] is None
-    changed = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--max-runtime", "600")
+    changed = cli.json(
+        "pipeline", "update", "--workspace", ws, "--pipeline", str(made["id"]), "--max-runtime-seconds", "600"
+    )
     assert changed["max_runtime_seconds"] == 600
-    renamed = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--name", "longer")
+    renamed = cli.json("pipeline", "update", "--workspace", ws, "--pipeline", str(made["id"]), "--name", "longer")
     assert renamed["max_runtime_seconds"] == 600
-    reset = cli.json("pipeline", "update", "--workspace", ws, str(made["id"]), "--default-max-runtime")
+    reset = cli.json("pipeline", "update", "--workspace", ws, "--pipeline", str(made["id"]), "--default-max-runtime")
     assert reset["max_runtime_seconds"] is None
 
 
@@ -265,11 +267,11 @@ def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
         str(connector["id"]),
         "--name",
         "patient",
-        "--retry-backoff",
+        "--backoff",
         "linear",
-        "--retry-max",
+        "--max-retries",
         "5",
-        "--retry-delay",
+        "--delay-seconds",
         "30",
     )
     assert made["retry_policy"]["description"] == "linear backoff, up to 5 retries, waiting 30, 60, 90, 120, ... s"
@@ -295,13 +297,13 @@ def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
         (["--every-minutes", "1000000000000"], "--every-minutes: must be a whole number of minutes"),
         (["--connector", "424242"], "connector 424242 is not in workspace"),
         (["--folder", ""], "--folder"),
-        (["--retry-backoff", "fibonacci"], "--retry-backoff: unknown backoff 'fibonacci'"),
-        (["--retry-max", "-1"], "--retry-max"),
-        (["--retry-delay", "0"], "--retry-delay: must be from 1 to 3600 seconds"),
-        (["--retry-delay", "1e-300"], "--retry-delay: must be from 1 to 3600 seconds"),
-        (["--retry-delay", "-3"], "--retry-delay"),
-        (["--max-runtime", "5"], "--max-runtime: must be a whole number of seconds from 10 to 604800"),
-        (["--max-runtime", "1h"], "--max-runtime"),
+        (["--backoff", "fibonacci"], "--backoff: unknown backoff 'fibonacci'"),
+        (["--max-retries", "-1"], "--max-retries"),
+        (["--delay-seconds", "0"], "--delay-seconds: must be from 1 to 3600 seconds"),
+        (["--delay-seconds", "1e-300"], "--delay-seconds: must be from 1 to 3600 seconds"),
+        (["--delay-seconds", "-3"], "--delay-seconds"),
+        (["--max-runtime-seconds", "5"], "--max-runtime-seconds: must be a whole number of seconds from 10 to 604800"),
+        (["--max-runtime-seconds", "1h"], "--max-runtime-seconds"),
     ],
 )
 def test_pipeline_create_bad_input_writes_nothing(cli, workspace, connector, extra, reason):
@@ -317,8 +319,8 @@ def test_pipeline_create_bad_input_writes_nothing(cli, workspace, connector, ext
 @pytest.mark.parametrize(
     "args",
     [
-        ["pipeline", "show", "--workspace", str(10**20), "1"],
-        ["pipeline", "show", "--workspace", "1", str(2**63)],
+        ["pipeline", "show", "--workspace", str(10**20), "--pipeline", "1"],
+        ["pipeline", "show", "--workspace", "1", "--pipeline", str(2**63)],
         ["pipeline", "create", "--workspace", "1", "--connector", "0", "--name", "p"],
         ["costs", "--workspace", "1", "--pipeline", str(10**30)],
     ],
@@ -439,7 +441,7 @@ def test_pipeline_partitions_follow_create_and_delete(cli, workspace, connector,
     ws = str(workspace["id"])
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
     assert partitions(tmp_path) == [str(made["id"])]
-    assert cli.json("pipeline", "delete", "--workspace", ws, str(made["id"]))["deleted"] is True
+    assert cli.json("pipeline", "delete", "--workspace", ws, "--pipeline", str(made["id"]))["deleted"] is True
     assert partitions(tmp_path) == []
     assert row_counts(cli.engine())["pipelines"] == len(template_pipelines(tmp_path))
 
@@ -450,7 +452,7 @@ def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, co
     )
     other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
     for command in ("enable", "disable", "delete"):
-        result = cli("pipeline", command, "--workspace", str(other["id"]), str(made["id"]), ok=False)
+        result = cli("pipeline", command, "--workspace", str(other["id"]), "--pipeline", str(made["id"]), ok=False)
         assert f"pipeline {made['id']} is not in workspace {other['id']}" in result.output
     assert partitions(tmp_path) == [str(made["id"])]
 
@@ -487,11 +489,11 @@ def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
 
     user = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(own["id"]), "--name", "mine")
     assert not schedule_enabled()
-    cli("pipeline", "disable", "--workspace", ws, str(user["id"]))
+    cli("pipeline", "disable", "--workspace", ws, "--pipeline", str(user["id"]))
     assert schedule_enabled()
-    cli("pipeline", "enable", "--workspace", ws, str(user["id"]))
+    cli("pipeline", "enable", "--workspace", ws, "--pipeline", str(user["id"]))
     assert not schedule_enabled()
-    cli("pipeline", "delete", "--workspace", ws, str(user["id"]))
+    cli("pipeline", "delete", "--workspace", ws, "--pipeline", str(user["id"]))
     assert schedule_enabled()
 
 
@@ -583,17 +585,20 @@ def test_trigger_create_bad_input_writes_nothing(cli, workspace, connector, extr
 def test_event_emit_and_its_bad_input(cli, workspace):
     ws = str(workspace["id"])
     recorded = cli.json(
-        "event", "emit", "--workspace", ws, "--type", "refresh.requested", "--payload", '{"reason": "stale"}'
+        "event", "emit", "--workspace", ws, "--event-type", "refresh.requested", "--payload", '{"reason": "stale"}'
     )
     assert recorded["event_type"] == "refresh.requested"
     before = row_counts(cli.engine())
-    assert "unknown event type" in cli("event", "emit", "--workspace", ws, "--type", "x.y", ok=False).output
+    assert "unknown event type" in cli("event", "emit", "--workspace", ws, "--event-type", "x.y", ok=False).output
     assert (
         "--payload"
-        in cli("event", "emit", "--workspace", ws, "--type", "refresh.requested", "--payload", "[1]", ok=False).output
+        in cli(
+            "event", "emit", "--workspace", ws, "--event-type", "refresh.requested", "--payload", "[1]", ok=False
+        ).output
     )
     assert (
-        "does not exist" in cli("event", "emit", "--workspace", "999", "--type", "refresh.requested", ok=False).output
+        "does not exist"
+        in cli("event", "emit", "--workspace", "999", "--event-type", "refresh.requested", ok=False).output
     )
     assert row_counts(cli.engine()) == before
 
@@ -612,6 +617,7 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         "update",
         "--workspace",
         ws,
+        "--pipeline",
         str(made["id"]),
         "--name",
         "docs",
@@ -623,7 +629,7 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         "https://example.com/b",
         "--every-minutes",
         "15",
-        "--retry-backoff",
+        "--backoff",
         "linear",
         "--disable",
     )
@@ -640,12 +646,12 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         "delay_seconds": 2.0,
         "description": "linear backoff, up to 3 retries, waiting 2, 4, 6 s",
     }
-    shown = cli.json("pipeline", "show", "--workspace", ws, str(made["id"]))
+    shown = cli.json("pipeline", "show", "--workspace", ws, "--pipeline", str(made["id"]))
     assert shown == updated
     listed = cli.json("pipeline", "list", "--workspace", ws)
     assert set(listed) == api_fields(PipelineList)
     assert [pipeline for pipeline in listed["pipelines"] if pipeline["template"] is None] == [shown]
-    assert "docs" in cli("pipeline", "show", "--workspace", ws, str(made["id"])).output
+    assert "docs" in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(made["id"])).output
 
     # Only what is given changes; the --no- flags clear.
     cleared = cli.json(
@@ -653,6 +659,7 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         "update",
         "--workspace",
         ws,
+        "--pipeline",
         str(made["id"]),
         "--no-folder",
         "--no-urls",
@@ -682,10 +689,16 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
         (["--folder-id", "4242"], "--folder-id: folder 4242 is not in workspace"),
         (["--url", "https://example.com/", "--no-urls"], "--no-urls"),
         (["--url", "ftp://example.com/"], "--url"),
-        (["--retry-max", "11"], "--retry-max: must be a whole number from 0 to 10"),
-        (["--retry-backoff", "fibonacci"], "--retry-backoff: unknown backoff"),
-        (["--max-runtime", "700000"], "--max-runtime: must be a whole number of seconds from 10 to 604800"),
-        (["--max-runtime", "60", "--default-max-runtime"], "--default-max-runtime: give --max-runtime or"),
+        (["--max-retries", "11"], "--max-retries: must be a whole number from 0 to 10"),
+        (["--backoff", "fibonacci"], "--backoff: unknown backoff"),
+        (
+            ["--max-runtime-seconds", "700000"],
+            "--max-runtime-seconds: must be a whole number of seconds from 10 to 604800",
+        ),
+        (
+            ["--max-runtime-seconds", "60", "--default-max-runtime"],
+            "--default-max-runtime: give --max-runtime-seconds or",
+        ),
     ],
 )
 def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, workspace, connector, extra, reason):
@@ -702,11 +715,16 @@ def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, work
         "--every-minutes",
         "30",
     )
-    before, shown = row_counts(cli.engine()), cli.json("pipeline", "show", "--workspace", ws, str(made["id"]))
-    result = cli("pipeline", "update", "--workspace", ws, str(made["id"]), "--no-save-to-kb", *extra, ok=False)
+    before, shown = (
+        row_counts(cli.engine()),
+        cli.json("pipeline", "show", "--workspace", ws, "--pipeline", str(made["id"])),
+    )
+    result = cli(
+        "pipeline", "update", "--workspace", ws, "--pipeline", str(made["id"]), "--no-save-to-kb", *extra, ok=False
+    )
     assert reason in result.output
     assert row_counts(cli.engine()) == before
-    assert cli.json("pipeline", "show", "--workspace", ws, str(made["id"])) == shown
+    assert cli.json("pipeline", "show", "--workspace", ws, "--pipeline", str(made["id"])) == shown
 
 
 def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
@@ -714,10 +732,10 @@ def test_pipeline_edits_refuse_the_connectors_own_indexing(cli, workspace):
     _, system_id = own_indexing_connector(cli, ws)
     before = row_counts(cli.engine())
     for command in (["update", "--name", "mine"], ["disable"], ["delete"]):
-        result = cli("pipeline", command[0], "--workspace", ws, str(system_id), *command[1:], ok=False)
+        result = cli("pipeline", command[0], "--workspace", ws, "--pipeline", str(system_id), *command[1:], ok=False)
         assert "periodic indexing" in result.output
     assert row_counts(cli.engine()) == before
-    assert cli.json("pipeline", "show", "--workspace", ws, str(system_id))["system_managed"] is True
+    assert cli.json("pipeline", "show", "--workspace", ws, "--pipeline", str(system_id))["system_managed"] is True
 
 
 def test_runs_lists_a_pipelines_runs_as_the_api_does(cli, workspace, connector, tmp_path, api):
@@ -763,7 +781,9 @@ def connector_count(cli) -> int:
 
 def test_a_site_connector_is_created_with_its_bounds(cli, workspace):
     ws = str(workspace["id"])
-    site = "--site https://docs.example.com/ --max-depth 2 --max-pages 300 --include /docs/** --exclude /docs/old/*"
+    site = (
+        "--start-url https://docs.example.com/ --max-depth 2 --max-pages 300 --include /docs/** --exclude /docs/old/*"
+    )
     bounds = "--subdomains --drop-query-params utm_source"
     created = cli.json(*f"connector create --workspace {ws} --type webcrawler {site} {bounds}".split())
     assert created["mode"] == "site" and created["urls"] is None
@@ -783,14 +803,14 @@ def test_a_site_connector_is_created_with_its_bounds(cli, workspace):
 @pytest.mark.parametrize(
     ("arguments", "field"),
     [
-        ("--site https://e.com/ --include docs/*", "--include"),
-        ("--site https://e.com/ --max-depth -1", "--max-depth"),
-        ("--site https://e.com/ --max-pages 101", "--max-pages"),
-        ("--site https://e.com/ --drop-query-params a,all", "--drop-query-params"),
-        ("--mode site", "--site"),
+        ("--start-url https://e.com/ --include docs/*", "--include"),
+        ("--start-url https://e.com/ --max-depth -1", "--max-depth"),
+        ("--start-url https://e.com/ --max-pages 101", "--max-pages"),
+        ("--start-url https://e.com/ --drop-query-params a,all", "--drop-query-params"),
+        ("--mode site", "--start-url"),
         ("--url https://e.com/ --max-depth 0", "--max-depth"),
-        ("--url https://e.com/ --site https://e.com/", "--site"),
-        ("--mode spider --site https://e.com/", "--mode"),
+        ("--url https://e.com/ --start-url https://e.com/", "--start-url"),
+        ("--mode spider --start-url https://e.com/", "--mode"),
     ],
 )
 def test_bad_site_crawl_input_is_refused_naming_the_field_and_writes_nothing(
@@ -817,7 +837,7 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     watch = seeded["change_watch"]
     assert (
         "disabled (a built-in template (change_watch)"
-        in cli("pipeline", "show", "--workspace", ws, str(watch["id"])).output
+        in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
     )
     # Each template has its partition, as any pipeline.
     import dagster as dg
@@ -833,10 +853,18 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
         in cli("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"])).output
     )
 
-    refused = cli("pipeline", "enable", "--workspace", ws, str(watch["id"]), ok=False).output
+    refused = cli("pipeline", "enable", "--workspace", ws, "--pipeline", str(watch["id"]), ok=False).output
     assert "enabled" in refused and "give it a connector_id or urls" in refused
     on = cli.json(
-        "pipeline", "update", "--workspace", ws, str(watch["id"]), "--connector", str(connector["id"]), "--enable"
+        "pipeline",
+        "update",
+        "--workspace",
+        ws,
+        "--pipeline",
+        str(watch["id"]),
+        "--connector",
+        str(connector["id"]),
+        "--enable",
     )
     assert (on["connector_id"], on["enabled"], on["disabled_reason"]) == (connector["id"], True, None)
     enabled = cli.json(
@@ -855,7 +883,7 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     assert reseeded["retention_schedule"] == {"name": "maintenance_daily", "restarted": False}
     after = cli.json("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"]))["triggers"]
     assert next(t for t in after if t["kind"] == "schedule")["enabled"] is True
-    assert cli.json("pipeline", "show", "--workspace", ws, str(watch["id"]))["enabled"] is True
+    assert cli.json("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"]))["enabled"] is True
 
 
 def test_the_run_now_command_and_its_launch_start_without_loading_dagster():
@@ -879,7 +907,7 @@ def test_pipeline_commands_print_what_the_api_answers_for_the_same_pipeline(cli,
     pipelines = f"/workspaces/{ws}/pipelines"
     schedule = ["--cron", "30 2 * * *", "--timezone", "UTC"]
     args = ["--workspace", ws, "--connector", str(connector["id"]), "--folder", "Docs", *schedule]
-    made = cli.json("pipeline", "create", *args, "--name", "docs", "--retry-backoff", "linear")
+    made = cli.json("pipeline", "create", *args, "--name", "docs", "--backoff", "linear")
     assert made == api.get(f"{pipelines}/{made['id']}").json()
     body = {"connector_id": connector["id"], "folder": "Docs", "schedule": {"cron": "30 2 * * *", "timezone": "UTC"}}
     posted = api.post(pipelines, json={"name": "api", **body})
@@ -888,10 +916,10 @@ def test_pipeline_commands_print_what_the_api_answers_for_the_same_pipeline(cli,
         key: made[key] for key in ("folder_id", "schedule")
     }
     for command in (["update", "--name", "renamed", "--every-minutes", "15"], ["disable"], ["enable"], ["show"]):
-        shown = cli.json("pipeline", command[0], "--workspace", ws, str(made["id"]), *command[1:])
+        shown = cli.json("pipeline", command[0], "--workspace", ws, "--pipeline", str(made["id"]), *command[1:])
         assert shown == api.get(f"{pipelines}/{made['id']}").json(), command
     assert cli.json("pipeline", "list", "--workspace", ws) == api.get(pipelines).json()
-    deleted = cli.json("pipeline", "delete", "--workspace", ws, str(made["id"]))
+    deleted = cli.json("pipeline", "delete", "--workspace", ws, "--pipeline", str(made["id"]))
     assert as_model(DeletedOut, deleted) == deleted == {"id": made["id"], "deleted": True}
     assert api.get(f"{pipelines}/{made['id']}").status_code == 404
 

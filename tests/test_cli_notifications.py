@@ -90,7 +90,9 @@ def verified(request: Request, secret: str) -> dict[str, Any]:
 
 
 def deliveries(cli, workspace_id: int, endpoint_id: int, *extra: str) -> list[dict[str, Any]]:
-    listed = cli.json("notification", "deliveries", "--workspace", str(workspace_id), str(endpoint_id), *extra)
+    listed = cli.json(
+        "notification", "deliveries", "--workspace", str(workspace_id), "--endpoint", str(endpoint_id), *extra
+    )
     assert set(listed) == set(NotificationDeliveryPage.model_fields)
     return listed["deliveries"]
 
@@ -110,8 +112,8 @@ def test_create_show_list_and_delete(cli, workspace, connector):
         cli,
         ws,
         PUBLIC_URL,
-        *("--event", "run.failed", "--event", "credits.low", "--event", "run.failed"),
-        *("--pipeline", str(made["id"]), "--credits-below", "5000", "--description", "on-call"),
+        *("--event-type", "run.failed", "--event-type", "credits.low", "--event-type", "run.failed"),
+        *("--pipeline", str(made["id"]), "--credits-below-micros", "5000", "--description", "on-call"),
     )
     assert set(created) == set(NewEndpointOut.model_fields) and created["secret"].startswith("whsec_")
     assert (created["url"], created["event_types"], created["pipeline_ids"]) == (
@@ -121,7 +123,7 @@ def test_create_show_list_and_delete(cli, workspace, connector):
     )
     assert (created["credits_below_micros"], created["description"], created["enabled"]) == (5000, "on-call", True)
 
-    shown = cli.json("notification", "show", "--workspace", str(ws), str(created["id"]))
+    shown = cli.json("notification", "show", "--workspace", str(ws), "--endpoint", str(created["id"]))
     assert set(shown) == set(EndpointOut.model_fields)
     assert shown == {key: value for key, value in created.items() if key != "secret"}
     assert cli.json("notification", "list", "--workspace", str(ws)) == {"endpoints": [shown]}
@@ -129,7 +131,7 @@ def test_create_show_list_and_delete(cli, workspace, connector):
     assert line.startswith(f"{created['id']}\t{PUBLIC_URL}\tenabled\trun.failed, credits.low of pipelines {made['id']}")
     assert line.rstrip().endswith("credits below 5000 micros\ton-call")
 
-    text = cli("notification", "create", "--workspace", str(ws), "--url", PUBLIC_URL, "--event", "run.succeeded")
+    text = cli("notification", "create", "--workspace", str(ws), "--url", PUBLIC_URL, "--event-type", "run.succeeded")
     [second] = re.findall(r"notification endpoint (\d+) created", text.output)
     [secret] = [word for word in text.output.split() if word.startswith("whsec_")]
     assert "shown once" in text.output
@@ -141,11 +143,11 @@ def test_create_show_list_and_delete(cli, workspace, connector):
         )
         assert [entries[0]["secret"] for entries in stored] == [created["secret"], secret]
 
-    assert cli.json("notification", "delete", "--workspace", str(ws), str(created["id"])) == {
+    assert cli.json("notification", "delete", "--workspace", str(ws), "--endpoint", str(created["id"])) == {
         "id": created["id"],
         "deleted": True,
     }
-    gone = cli("notification", "show", "--workspace", str(ws), str(created["id"]), ok=False)
+    gone = cli("notification", "show", "--workspace", str(ws), "--endpoint", str(created["id"]), ok=False)
     assert f"notification endpoint {created['id']} does not exist in workspace {ws}" in gone.output
     listed = cli.json("notification", "list", "--workspace", str(ws))["endpoints"]
     assert [endpoint["id"] for endpoint in listed] == [int(second)]
@@ -154,24 +156,36 @@ def test_create_show_list_and_delete(cli, workspace, connector):
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        (["--url", PUBLIC_URL, "--event", "run.started"], "--event: unknown event type 'run.started'; use one of"),
-        (["--url", PUBLIC_URL], "--event: subscribe to at least one of"),
-        (["--url", "ftp://example.com/hook", "--event", "run.failed"], "--url: malformed URL"),
-        (["--url", "example.com/hook", "--event", "run.failed"], "http:// or https://"),
-        (["--url", "http://127.0.0.1/", "--event", "run.failed"], "--url: blocked address 127.0.0.1"),
-        (["--url", "http://10.1.2.3/hook", "--event", "run.failed"], "--url: blocked address 10.1.2.3"),
-        (["--url", "http://169.254.169.254/latest", "--event", "run.failed"], "--url: blocked address"),
-        (["--url", "http://[::1]:8080/", "--event", "run.failed"], "--url: blocked address"),
-        (["--url", PUBLIC_URL, "--event", "credits.low"], "--credits-below: credits.low needs the balance"),
-        (["--url", PUBLIC_URL, "--event", "credits.low", "--credits-below", "0"], "--credits-below: must be a whole"),
-        (["--url", PUBLIC_URL, "--event", "credits.low", "--credits-below", "-5"], "--credits-below: must be a whole"),
         (
-            ["--url", PUBLIC_URL, "--event", "run.failed", "--credits-below", "100"],
-            "--credits-below: is only for an endpoint subscribed to credits.low",
+            ["--url", PUBLIC_URL, "--event-type", "run.started"],
+            "--event-type: unknown event type 'run.started'; use one of",
         ),
-        (["--url", PUBLIC_URL, "--event", "run.failed", "--description", " "], "--description: must not be empty"),
-        (["--url", PUBLIC_URL, "--event", "run.failed", "--pipeline", "424242"], "--pipeline: no pipeline 424242"),
-        (["--workspace", "999999", "--url", PUBLIC_URL, "--event", "run.failed"], "workspace 999999 does not exist"),
+        (["--url", PUBLIC_URL], "--event-type: subscribe to at least one of"),
+        (["--url", "ftp://example.com/hook", "--event-type", "run.failed"], "--url: malformed URL"),
+        (["--url", "example.com/hook", "--event-type", "run.failed"], "http:// or https://"),
+        (["--url", "http://127.0.0.1/", "--event-type", "run.failed"], "--url: blocked address 127.0.0.1"),
+        (["--url", "http://10.1.2.3/hook", "--event-type", "run.failed"], "--url: blocked address 10.1.2.3"),
+        (["--url", "http://169.254.169.254/latest", "--event-type", "run.failed"], "--url: blocked address"),
+        (["--url", "http://[::1]:8080/", "--event-type", "run.failed"], "--url: blocked address"),
+        (["--url", PUBLIC_URL, "--event-type", "credits.low"], "--credits-below-micros: credits.low needs the balance"),
+        (
+            ["--url", PUBLIC_URL, "--event-type", "credits.low", "--credits-below-micros", "0"],
+            "--credits-below-micros: must be a whole",
+        ),
+        (
+            ["--url", PUBLIC_URL, "--event-type", "credits.low", "--credits-below-micros", "-5"],
+            "--credits-below-micros: must be a whole",
+        ),
+        (
+            ["--url", PUBLIC_URL, "--event-type", "run.failed", "--credits-below-micros", "100"],
+            "--credits-below-micros: is only for an endpoint subscribed to credits.low",
+        ),
+        (["--url", PUBLIC_URL, "--event-type", "run.failed", "--description", " "], "--description: must not be empty"),
+        (["--url", PUBLIC_URL, "--event-type", "run.failed", "--pipeline", "424242"], "--pipeline: no pipeline 424242"),
+        (
+            ["--workspace", "999999", "--url", PUBLIC_URL, "--event-type", "run.failed"],
+            "workspace 999999 does not exist",
+        ),
     ],
 )
 def test_create_bad_input_names_the_option_and_writes_nothing(cli, workspace, args, reason):
@@ -185,12 +199,15 @@ def test_create_bad_input_names_the_option_and_writes_nothing(cli, workspace, ar
 
 def test_a_private_address_is_allowed_by_the_crawlers_setting_only(cli, workspace, monkeypatch):
     def refused(url: str) -> str:
-        args = ["--workspace", str(workspace["id"]), "--url", url, "--event", "run.failed"]
+        args = ["--workspace", str(workspace["id"]), "--url", url, "--event-type", "run.failed"]
         return cli("notification", "create", *args, ok=False).output
 
     assert "PIPELINES_CRAWLER_ALLOWED_NETWORKS" in refused("http://127.0.0.1:9/")
     monkeypatch.setenv("PIPELINES_CRAWLER_ALLOWED_NETWORKS", "127.0.0.1/32")
-    assert create(cli, workspace["id"], "http://127.0.0.1:9/", "--event", "run.failed")["url"] == "http://127.0.0.1:9/"
+    assert (
+        create(cli, workspace["id"], "http://127.0.0.1:9/", "--event-type", "run.failed")["url"]
+        == "http://127.0.0.1:9/"
+    )
     assert "--url: blocked address 127.0.0.2" in refused("http://127.0.0.2/")
 
 
@@ -201,7 +218,7 @@ def test_create_refuses_another_workspaces_pipeline(cli, workspace, connector):
     other = cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")
     before = row_counts(cli.engine())
     result = cli(
-        *("notification", "create", "--workspace", str(other["id"]), "--url", PUBLIC_URL, "--event", "run.failed"),
+        *("notification", "create", "--workspace", str(other["id"]), "--url", PUBLIC_URL, "--event-type", "run.failed"),
         *("--pipeline", str(made["id"])),
         ok=False,
     )
@@ -211,8 +228,8 @@ def test_create_refuses_another_workspaces_pipeline(cli, workspace, connector):
 
 def test_the_test_delivery_verifies_with_the_printed_secret(cli, workspace, receiver):
     ws = workspace["id"]
-    created = create(cli, ws, receiver.url(HOOK), "--event", "run.succeeded")
-    sent = cli.json("notification", "test", "--workspace", str(ws), str(created["id"]))
+    created = create(cli, ws, receiver.url(HOOK), "--event-type", "run.succeeded")
+    sent = cli.json("notification", "test", "--workspace", str(ws), "--endpoint", str(created["id"]))
     assert set(sent) == set(NotificationDeliveryDetail.model_fields)
     [attempt] = sent["attempt_log"]
     assert (attempt["status_code"], attempt["succeeded"]) == (204, True)
@@ -233,9 +250,9 @@ def test_the_test_delivery_verifies_with_the_printed_secret(cli, workspace, rece
         "message": "A test from pipelines-dagster.",
     }
     with pytest.raises(WebhookVerificationError):
-        verified(request, create(cli, ws, receiver.url(HOOK), "--event", "run.failed")["secret"])
+        verified(request, create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")["secret"])
 
-    text = cli("notification", "test", "--workspace", str(ws), str(created["id"])).output
+    text = cli("notification", "test", "--workspace", str(ws), "--endpoint", str(created["id"])).output
     assert f"to {receiver.url(HOOK)}: HTTP 204 in " in text
     assert posts(receiver)[-1].headers["webhook-id"] in text and len(posts(receiver)) == 2
 
@@ -243,8 +260,8 @@ def test_the_test_delivery_verifies_with_the_printed_secret(cli, workspace, rece
 def test_a_failed_test_delivery_exits_non_zero_and_is_logged(cli, workspace, receiver):
     receiver.route(HOOK, Reply(status=503, body="down for maintenance", content_type="text/plain"))
     ws = workspace["id"]
-    created = create(cli, ws, receiver.url(HOOK), "--event", "run.failed")
-    result = cli("notification", "test", "--workspace", str(ws), str(created["id"]), "--json", ok=False)
+    created = create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")
+    result = cli("notification", "test", "--workspace", str(ws), "--endpoint", str(created["id"]), "--json", ok=False)
     assert "Error: the endpoint did not take the test delivery (HTTP 503)" in result.output
     sent = json.loads(result.stdout)
     # A test is sent once: it failed, and is not retried.
@@ -259,40 +276,48 @@ def test_a_failed_test_delivery_exits_non_zero_and_is_logged(cli, workspace, rec
 
     [logged] = deliveries(cli, ws, created["id"])
     assert logged == {field: value for field, value in sent.items() if field in NotificationDeliveryOut.model_fields}
-    line = cli("notification", "deliveries", "--workspace", str(ws), str(created["id"])).output.strip()
+    line = cli("notification", "deliveries", "--workspace", str(ws), "--endpoint", str(created["id"])).output.strip()
     assert line == f"{sent['id']}\tnotification.test\tfailed\t1 attempt\tHTTP 503\t{request.headers['webhook-id']}"
 
     receiver.stop()
-    unreachable = cli("notification", "test", "--workspace", str(ws), str(created["id"]), ok=False)
+    unreachable = cli("notification", "test", "--workspace", str(ws), "--endpoint", str(created["id"]), ok=False)
     assert "no answer in" in unreachable.output and "request failed" in unreachable.output
 
 
 def test_deliveries_filters_by_status_and_limits_newest_first(cli, workspace, receiver):
     receiver.route(HOOK, Reply(status=500, content_type=None), Reply(status=204, content_type=None))
     ws = workspace["id"]
-    endpoint_id = str(create(cli, ws, receiver.url(HOOK), "--event", "run.failed")["id"])
-    failed = json.loads(cli("notification", "test", "--workspace", str(ws), endpoint_id, "--json", ok=False).stdout)
-    ids = [cli.json("notification", "test", "--workspace", str(ws), endpoint_id)["id"] for _ in range(2)]
+    endpoint_id = str(create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")["id"])
+    failed = json.loads(
+        cli("notification", "test", "--workspace", str(ws), "--endpoint", endpoint_id, "--json", ok=False).stdout
+    )
+    ids = [cli.json("notification", "test", "--workspace", str(ws), "--endpoint", endpoint_id)["id"] for _ in range(2)]
     assert [d["id"] for d in deliveries(cli, ws, int(endpoint_id))] == [ids[1], ids[0], failed["id"]]
     assert [d["id"] for d in deliveries(cli, ws, int(endpoint_id), "--status", "succeeded")] == ids[::-1]
     assert [d["last_status_code"] for d in deliveries(cli, ws, int(endpoint_id), "--status", "failed")] == [500]
     assert deliveries(cli, ws, int(endpoint_id), "--status", "pending") == []
     assert [d["id"] for d in deliveries(cli, ws, int(endpoint_id), "--limit", "1")] == [ids[1]]
-    none = cli("notification", "deliveries", "--workspace", str(ws), endpoint_id, "--status", "pending").output
+    none = cli(
+        "notification", "deliveries", "--workspace", str(ws), "--endpoint", endpoint_id, "--status", "pending"
+    ).output
     assert f"notification endpoint {endpoint_id} has no deliveries" in none
 
-    too_many = cli("notification", "deliveries", "--workspace", str(ws), endpoint_id, "--limit", "101", ok=False)
+    too_many = cli(
+        "notification", "deliveries", "--workspace", str(ws), "--endpoint", endpoint_id, "--limit", "101", ok=False
+    )
     assert "--limit: must be from 1 to 100" in too_many.output
-    bogus = cli("notification", "deliveries", "--workspace", str(ws), endpoint_id, "--status", "lost", ok=False)
+    bogus = cli(
+        "notification", "deliveries", "--workspace", str(ws), "--endpoint", endpoint_id, "--status", "lost", ok=False
+    )
     assert "--status" in bogus.output
 
 
 def test_rotate_secret_signs_with_both_secrets_until_the_overlap_ends(cli, workspace, receiver):
     ws = workspace["id"]
-    created = create(cli, ws, receiver.url(HOOK), "--event", "run.failed")
+    created = create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")
     endpoint_id = str(created["id"])
     before = row_counts(cli.engine())
-    rotate = ["notification", "rotate-secret", "--workspace", str(ws), endpoint_id, "--overlap-seconds"]
+    rotate = ["notification", "rotate-secret", "--workspace", str(ws), "--endpoint", endpoint_id, "--overlap-seconds"]
     refused = cli(*rotate, "-1", ok=False)
     assert "--overlap-seconds: must be a whole number of seconds from 0" in refused.output
     assert row_counts(cli.engine()) == before
@@ -302,17 +327,22 @@ def test_rotate_secret_signs_with_both_secrets_until_the_overlap_ends(cli, works
     assert rotated["secret"].startswith("whsec_") and rotated["secret"] != created["secret"]
     expires = datetime.fromisoformat(rotated["previous_secret_expires_at"])
     assert timedelta(seconds=50) < expires - datetime.now(UTC) <= timedelta(seconds=60)
-    shown = cli.json("notification", "show", "--workspace", str(ws), endpoint_id)
+    shown = cli.json("notification", "show", "--workspace", str(ws), "--endpoint", endpoint_id)
     assert shown["previous_secret_expires_at"] == rotated["previous_secret_expires_at"]
-    cli("notification", "test", "--workspace", str(ws), endpoint_id)
+    cli("notification", "test", "--workspace", str(ws), "--endpoint", endpoint_id)
     during = posts(receiver)[-1]
     assert verified(during, created["secret"]) == verified(during, rotated["secret"])
 
     text = cli(*rotate, "0").output
     [newest] = [word for word in text.split() if word.startswith("whsec_")]
     assert "the previous secret signs no more" in text
-    assert cli.json("notification", "show", "--workspace", str(ws), endpoint_id)["previous_secret_expires_at"] is None
-    cli("notification", "test", "--workspace", str(ws), endpoint_id)
+    assert (
+        cli.json("notification", "show", "--workspace", str(ws), "--endpoint", endpoint_id)[
+            "previous_secret_expires_at"
+        ]
+        is None
+    )
+    cli("notification", "test", "--workspace", str(ws), "--endpoint", endpoint_id)
     after = posts(receiver)[-1]
     assert verified(after, newest)["type"] == "notification.test"
     for old in (created["secret"], rotated["secret"]):
@@ -344,26 +374,26 @@ def run_failed(workspace_id: int) -> RunEventData:
 def test_disable_fails_pending_deliveries_and_redrive_resends_them_under_their_webhook_id(cli, workspace, receiver):
     receiver.route(HOOK, Reply(status=500, content_type=None), Reply(status=204, content_type=None))
     ws = workspace["id"]
-    created = create(cli, ws, receiver.url(HOOK), "--event", "run.failed")
+    created = create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")
     endpoint_id = str(created["id"])
     with transaction(session_factory(cli.engine())) as session:
         [delivery_id] = queue_run_ended(session, run_failed(ws))
     assert sensor_tick() == "sent 1: 0 delivered, 1 to retry, 0 failed for good"
 
-    disabled = cli.json("notification", "disable", "--workspace", str(ws), endpoint_id)
+    disabled = cli.json("notification", "disable", "--workspace", str(ws), "--endpoint", endpoint_id)
     assert (disabled["enabled"], disabled["disabled_reason"]) == (False, "disabled by a user")
     [failed] = deliveries(cli, ws, created["id"], "--status", "failed")
     assert (failed["id"], failed["last_error"]) == (delivery_id, "endpoint disabled: disabled by a user")
     before = row_counts(cli.engine())
-    refused = cli("notification", "redrive", "--workspace", str(ws), endpoint_id, ok=False)
+    refused = cli("notification", "redrive", "--workspace", str(ws), "--endpoint", endpoint_id, ok=False)
     assert f"Error: notification endpoint {endpoint_id} is disabled (disabled by a user); enable it first" in (
         refused.output
     )
     assert deliveries(cli, ws, created["id"]) == [failed] and row_counts(cli.engine()) == before
 
-    enabled = cli.json("notification", "enable", "--workspace", str(ws), endpoint_id)
+    enabled = cli.json("notification", "enable", "--workspace", str(ws), "--endpoint", endpoint_id)
     assert (enabled["enabled"], enabled["disabled_reason"]) == (True, None)
-    redrive = ["notification", "redrive", "--workspace", str(ws), endpoint_id]
+    redrive = ["notification", "redrive", "--workspace", str(ws), "--endpoint", endpoint_id]
     assert cli.json(*redrive) == {"redriven": 1}
     [redriven] = deliveries(cli, ws, created["id"])
     assert (redriven["status"], redriven["attempts"], redriven["message_id"]) == ("pending", 0, failed["message_id"])
@@ -385,11 +415,19 @@ def test_disable_fails_pending_deliveries_and_redrive_resends_them_under_their_w
 
 def test_redrive_refuses_a_delivery_of_another_endpoint(cli, workspace, receiver):
     ws = workspace["id"]
-    first, second = (create(cli, ws, receiver.url(HOOK), "--event", "run.failed")["id"] for _ in range(2))
-    delivery_id = cli.json("notification", "test", "--workspace", str(ws), str(first))["id"]
+    first, second = (create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")["id"] for _ in range(2))
+    delivery_id = cli.json("notification", "test", "--workspace", str(ws), "--endpoint", str(first))["id"]
     before, logged = row_counts(cli.engine()), deliveries(cli, ws, first)
     refused = cli(
-        "notification", "redrive", "--workspace", str(ws), str(second), "--delivery", str(delivery_id), ok=False
+        "notification",
+        "redrive",
+        "--workspace",
+        str(ws),
+        "--endpoint",
+        str(second),
+        "--delivery",
+        str(delivery_id),
+        ok=False,
     )
     assert f"delivery {delivery_id} is not a delivery of notification endpoint {second}" in refused.output
     assert row_counts(cli.engine()) == before and deliveries(cli, ws, first) == logged
@@ -397,28 +435,31 @@ def test_redrive_refuses_a_delivery_of_another_endpoint(cli, workspace, receiver
 
 def test_every_command_refuses_another_workspaces_endpoint(cli, workspace, receiver):
     ws = workspace["id"]
-    endpoint_id = str(create(cli, ws, receiver.url(HOOK), "--event", "run.failed")["id"])
+    endpoint_id = str(create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")["id"])
     other = str(cli.json("workspace", "create", "--name", "Other", "--owner", "user-2")["id"])
-    shown, before = cli.json("notification", "show", "--workspace", str(ws), endpoint_id), row_counts(cli.engine())
+    shown, before = (
+        cli.json("notification", "show", "--workspace", str(ws), "--endpoint", endpoint_id),
+        row_counts(cli.engine()),
+    )
     for command in ("show", "delete", "rotate-secret", "enable", "disable", "test", "deliveries", "redrive"):
-        result = cli("notification", command, "--workspace", other, endpoint_id, ok=False)
+        result = cli("notification", command, "--workspace", other, "--endpoint", endpoint_id, ok=False)
         assert f"notification endpoint {endpoint_id} does not exist in workspace {other}" in result.output, command
     assert "workspace 999999 does not exist" in cli("notification", "list", "--workspace", "999999", ok=False).output
     assert row_counts(cli.engine()) == before and posts(receiver) == []
-    assert cli.json("notification", "show", "--workspace", str(ws), endpoint_id) == shown
+    assert cli.json("notification", "show", "--workspace", str(ws), "--endpoint", endpoint_id) == shown
 
 
 def test_delete_takes_the_deliveries_and_their_log_with_it(cli, workspace, receiver):
     ws = workspace["id"]
-    endpoint_id = str(create(cli, ws, receiver.url(HOOK), "--event", "run.failed")["id"])
+    endpoint_id = str(create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed")["id"])
     before = row_counts(cli.engine())
-    cli("notification", "test", "--workspace", str(ws), endpoint_id)
+    cli("notification", "test", "--workspace", str(ws), "--endpoint", endpoint_id)
     during = row_counts(cli.engine())
     assert (during["notification_deliveries"], during["notification_attempts"]) == (
         before["notification_deliveries"] + 1,
         before["notification_attempts"] + 1,
     )
-    cli("notification", "delete", "--workspace", str(ws), endpoint_id)
+    cli("notification", "delete", "--workspace", str(ws), "--endpoint", endpoint_id)
     after = row_counts(cli.engine())
     assert after["notification_endpoints"] == before["notification_endpoints"] - 1
     assert (after["notification_deliveries"], after["notification_attempts"]) == (
@@ -430,8 +471,8 @@ def test_delete_takes_the_deliveries_and_their_log_with_it(cli, workspace, recei
 def test_notification_commands_print_what_the_api_answers(cli, workspace, receiver, api):
     ws = workspace["id"]
     endpoints = f"/workspaces/{ws}/notifications"
-    created = create(cli, ws, receiver.url(HOOK), "--event", "run.failed", "--description", "on-call")
-    endpoint, by_id = f"{endpoints}/{created['id']}", ["--workspace", str(ws), str(created["id"])]
+    created = create(cli, ws, receiver.url(HOOK), "--event-type", "run.failed", "--description", "on-call")
+    endpoint, by_id = f"{endpoints}/{created['id']}", ["--workspace", str(ws), "--endpoint", str(created["id"])]
     assert as_model(NewEndpointOut, created) == created
     assert {key: value for key, value in created.items() if key != "secret"} == api.get(endpoint).json()
     assert cli.json("notification", "list", "--workspace", str(ws)) == api.get(endpoints).json()

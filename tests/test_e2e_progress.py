@@ -80,7 +80,7 @@ def run_path(seeded: Seeded, run_id: str) -> str:
 
 
 def run_args(seeded: Seeded, *flags: str) -> list[str]:
-    return ["pipeline", "run", "--workspace", str(seeded.workspace_id), str(seeded.pipeline_id), *flags]
+    return ["pipeline", "run", "--workspace", str(seeded.workspace_id), "--pipeline", str(seeded.pipeline_id), *flags]
 
 
 @dataclass

@@ -282,7 +282,9 @@ def cli_manual_run(deployment: Deployment, name: str) -> tuple[int, str, float, 
     returned, seconds until the run left the queue or None if not within 10 s), timed from the call."""
     workspace_id, pipeline_id = deployment.pipeline(name)
     started = time.monotonic()
-    shown = deployment.cli("pipeline", "run", "--workspace", str(workspace_id), str(pipeline_id), "--json")
+    shown = deployment.cli(
+        "pipeline", "run", "--workspace", str(workspace_id), "--pipeline", str(pipeline_id), "--json"
+    )
     returned = time.monotonic() - started
     run_id = json.loads(shown)["run_id"]
     while (elapsed := time.monotonic() - started) < 10:
@@ -348,7 +350,7 @@ def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(depl
 
     pipelines = [deployment.pipeline(f"backfill{n}") for n in range(3)]
     for workspace_id, pipeline_id in pipelines:
-        deployment.cli("pipeline", "run", "--workspace", str(workspace_id), str(pipeline_id))
+        deployment.cli("pipeline", "run", "--workspace", str(workspace_id), "--pipeline", str(pipeline_id))
     for _, pipeline_id in pipelines:
         assert deployment.finished_run(pipeline_id, "manual", timeout=120).status == dg.DagsterRunStatus.SUCCESS
     workspace_ids = [workspace_id for workspace_id, _ in pipelines]

@@ -1,11 +1,12 @@
-"""What every command group shares: the id type and `--json`, the output, the one translation of user errors
-into a one-line message, and how a command opens the app database."""
+"""What every command group shares: the id type and `--json`, how a pipeline, connector or endpoint is named
+(`--workspace W --pipeline P`), the old spellings of renamed options, the output, the one translation of user
+errors into a one-line message, and how a command opens the app database."""
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -24,21 +25,58 @@ ID = click.IntRange(1, MAX_ID)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
 
-# The catalog names fields as the HTTP API does; these are the options that set them here.
+# The catalog names fields as the HTTP API does, and an option is spelled as its field; these are the options
+# named otherwise: a nested field by its own name, a list by one of its items (repeated), an id by its noun.
 OPTION_OF_FIELD = {
     "connector_id": "connector",
     "urls": "url",
+    "site": "start_url",
     "schedule.cron": "cron",
     "schedule.timezone": "timezone",
     "schedule.every_minutes": "every_minutes",
-    "retry_policy.backoff": "retry_backoff",
-    "retry_policy.max_retries": "retry_max",
-    "retry_policy.delay_seconds": "retry_delay",
-    "max_runtime_seconds": "max_runtime",
-    "event_types": "event",
+    "retry_policy.backoff": "backoff",
+    "retry_policy.max_retries": "max_retries",
+    "retry_policy.delay_seconds": "delay_seconds",
+    "event_types": "event_type",
     "pipeline_ids": "pipeline",
-    "credits_below_micros": "credits_below",
 }
+
+
+class RenamedOption(click.Option):
+    """An option whose old spelling (`formerly`) still works in users' scripts, unlisted in the help; a command
+    of `Command` takes it and says on stderr what to write instead."""
+
+    def __init__(self, *args: Any, formerly: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.formerly = formerly
+
+
+class Command(click.Command):
+    """A command that reads the old spellings of its renamed options as the new ones, with a one-line notice."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        renamed = {param.formerly: param.opts[0] for param in self.params if isinstance(param, RenamedOption)}
+        return super().parse_args(ctx, respelled(args, renamed))
+
+
+def respelled(args: Sequence[str], renamed: dict[str, str]) -> list[str]:
+    """`args` with every old option spelling (`--old` or `--old=value`) replaced, up to a `--`."""
+    out: list[str] = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            return out + list(args[index:])
+        old, equals, value = arg.partition("=")
+        if old in renamed:
+            click.echo(f"{old} is deprecated: use {renamed[old]}", err=True)
+            arg = f"{renamed[old]}{equals}{value}"
+        out.append(arg)
+    return out
+
+
+class Group(click.Group):
+    """A command group whose commands take their renamed options' old spellings."""
+
+    command_class = Command
 
 
 def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,18 +116,45 @@ def open_sessions(settings: Settings) -> sessionmaker[Session]:
     return session_factory(open_engine(settings))
 
 
-def workspace_ref(argument: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """`--workspace ID <ARGUMENT>`: pipelines and notification endpoints are always named within their workspace."""
+class FormerArgument(click.Argument):
+    """The positional id a command took before `--<noun>`: still read, left out of the usage line."""
+
+    def get_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return []
+
+
+def workspace_ref(noun: str, *, former_argument: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--workspace W --<noun> ID`: pipelines, connectors and notification endpoints are always named within
+    their workspace. With `former_argument`, the id as a positional argument (the old shape) works too, with a
+    one-line notice on stderr."""
+    name = f"{noun}_id"
+    workspace = click.option("--workspace", "workspace_id", required=True, type=ID)
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        command = click.argument(argument, type=ID)(command)
-        return click.option("--workspace", "workspace_id", required=True, type=ID)(command)
+        if not former_argument:
+            return workspace(click.option(f"--{noun}", name, required=True, type=ID)(command))
+
+        @functools.wraps(command)
+        def named(*args: Any, **kwargs: Any) -> Any:
+            former = kwargs.pop(f"former_{name}", None)
+            if former is not None and kwargs[name] is not None:
+                raise click.UsageError(f"give the {noun} once, as --{noun}")
+            if former is not None:
+                click.echo(f"the {noun} id as an argument is deprecated: use --{noun} {former}", err=True)
+                kwargs[name] = former
+            if kwargs[name] is None:
+                raise click.UsageError(f"Missing option '--{noun}'.")
+            return command(*args, **kwargs)
+
+        named = click.argument(f"former_{name}", cls=FormerArgument, required=False, type=ID)(named)
+        return workspace(click.option(f"--{noun}", name, type=ID, default=None, help="Required.")(named))
 
     return decorate
 
 
-pipeline_ref = workspace_ref("pipeline_id")
-endpoint_ref = workspace_ref("endpoint_id")
+pipeline_ref = workspace_ref("pipeline")
+endpoint_ref = workspace_ref("endpoint")
+connector_ref = workspace_ref("connector", former_argument=False)
 
 
 def plural(count: int, one: str, many: str | None = None) -> str:

@@ -1,22 +1,49 @@
-"""`pipelines-dagster connector`: where a pipeline's content comes from, a list of URLs or a site crawl."""
+"""`pipelines-dagster connector`: where a pipeline's content comes from, a list of URLs or a site crawl; created,
+listed, shown, changed and deleted as the API's connector routes do."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
+from sqlalchemy.orm import Session
 
-from pipelines_dagster.api.schemas.connectors import ConnectorOut
+from pipelines_dagster.api.schemas.common import DeletedOut
+from pipelines_dagster.api.schemas.connectors import ConnectorList, ConnectorOut
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import ConnectorType
-from pipelines_dagster.cli.common import ID, emit, json_option, open_sessions, user_errors
-from pipelines_dagster.core.crawl.site.config import DEFAULT_MAX_DEPTH, DEFAULT_MAX_PAGES, CrawlMode, site_for
+from pipelines_dagster.app_db.models import Connector, ConnectorType
+from pipelines_dagster.cli.common import (
+    ID,
+    Group,
+    RenamedOption,
+    connector_ref,
+    emit,
+    json_option,
+    open_sessions,
+    user_errors,
+)
+from pipelines_dagster.core.catalog.connectors import (
+    ConnectorChanges,
+    get_connector,
+    list_connectors,
+    update_connector,
+)
+from pipelines_dagster.core.catalog.workspaces import get_workspace
+from pipelines_dagster.core.crawl.site.config import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_PAGES,
+    CrawlMode,
+    SiteConfig,
+    site_for,
+)
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.instance import dagster_instance
-from pipelines_dagster.settings import load_settings
+from pipelines_dagster.settings import Settings, load_settings
 
 
-@click.group()
+@click.group(cls=Group)
 def connector() -> None:
     """Connectors: where a pipeline's content comes from."""
 
@@ -24,6 +51,81 @@ def connector() -> None:
 def read_url_file(path: Path) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def crawl_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """What a web connector crawls, as `create` and `update` take it: a list of URLs, or a site and its bounds."""
+    for option in reversed(
+        [
+            click.option("--url", "urls", multiple=True, help="A URL to crawl; repeat for more."),
+            click.option(
+                "--url-file",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                help="A file with one URL per line (blank lines and # comments ignored).",
+            ),
+            click.option("--name", default=None),
+            click.option(
+                "--mode",
+                type=click.Choice([mode.value for mode in CrawlMode]),
+                default=None,
+                help="list (default) or site.",
+            ),
+            click.option(
+                "--start-url",
+                "start_urls",
+                cls=RenamedOption,
+                formerly="--site",
+                multiple=True,
+                help="A site crawl's start URL; repeat for more. Implies --mode site.",
+            ),
+            click.option(
+                "--max-depth",
+                type=int,
+                default=None,
+                help=f"Site crawl: links followed from a start URL [{DEFAULT_MAX_DEPTH}].",
+            ),
+            click.option("--max-pages", type=int, help=f"Site crawl: pages fetched at most [{DEFAULT_MAX_PAGES}]."),
+            click.option(
+                "--include", multiple=True, help="Site crawl: only paths matching this glob (/docs/**); repeatable."
+            ),
+            click.option("--exclude", multiple=True, help="Site crawl: never paths matching this glob; repeatable."),
+            click.option("--subdomains", is_flag=True, help="Site crawl: the start URLs' whole registrable domains."),
+            click.option(
+                "--drop-query-params", default=None, help="Site crawl: query parameters to drop (a,b) or all."
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def crawl_of(
+    settings: Settings, urls: tuple[str, ...], url_file: Path | None, mode: str | None, **bounds: Any
+) -> tuple[list[str], SiteConfig | None]:
+    """The URLs (from --url or --url-file) and the site the crawl options give; bounds are site_for's."""
+    if urls and url_file:
+        raise InvalidInputError("url_file", "give --url or --url-file, not both")
+    site = site_for(mode, **bounds, max_pages_cap=settings.site_max_pages_cap)
+    return read_url_file(url_file) if url_file else list(urls), site
+
+
+def read_connector(session: Session, connector: Connector) -> ConnectorOut:
+    """The connector as the API answers a write: its timestamps and server defaults the database's."""
+    session.flush()
+    session.refresh(connector)
+    return ConnectorOut.of(connector)
+
+
+def describe(shown: ConnectorOut) -> str:
+    """One line per connector: id, name, type, what it crawls, its own periodic indexing."""
+    if shown.site is not None:
+        what = f"site crawl of {', '.join(shown.site.start_urls)}"
+    elif shown.urls is not None:
+        what = f"{len(shown.urls)} URL{'' if len(shown.urls) == 1 else 's'}"
+    else:
+        what = "-"
+    indexing = ", own periodic indexing" if shown.periodic_indexing_enabled else ""
+    return f"{shown.id}\t{shown.name}\t{shown.type}\t{what}{indexing}"
 
 
 @connector.command("create")
@@ -34,25 +136,7 @@ def read_url_file(path: Path) -> list[str]:
     required=True,
     type=click.Choice([member.value for member in ConnectorType]),
 )
-@click.option("--url", "urls", multiple=True, help="A URL to crawl; repeat for more.")
-@click.option(
-    "--url-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A file with one URL per line (blank lines and # comments ignored).",
-)
-@click.option("--name", default=None)
-@click.option(
-    "--mode", type=click.Choice([mode.value for mode in CrawlMode]), default=None, help="list (default) or site."
-)
-@click.option("--site", "sites", multiple=True, help="A site crawl's start URL; repeat for more. Implies --mode site.")
-@click.option(
-    "--max-depth", type=int, default=None, help=f"Site crawl: links followed from a start URL [{DEFAULT_MAX_DEPTH}]."
-)
-@click.option("--max-pages", type=int, help=f"Site crawl: pages fetched at most [{DEFAULT_MAX_PAGES}].")
-@click.option("--include", multiple=True, help="Site crawl: only paths matching this glob (/docs/**); repeatable.")
-@click.option("--exclude", multiple=True, help="Site crawl: never paths matching this glob; repeatable.")
-@click.option("--subdomains", is_flag=True, help="Site crawl: the start URLs' whole registrable domains.")
-@click.option("--drop-query-params", default=None, help="Site crawl: query parameters to drop (a,b) or all.")
+@crawl_options
 @click.option(
     "--index-every-minutes",
     type=int,
@@ -69,33 +153,15 @@ def connector_create(
     name: str | None,
     index_every_minutes: int | None,
     mode: str | None,
-    sites: tuple[str, ...],
-    max_depth: int | None,
-    max_pages: int | None,
-    include: tuple[str, ...],
-    exclude: tuple[str, ...],
-    subdomains: bool,
-    drop_query_params: str | None,
     as_json: bool,
+    **bounds: Any,
 ) -> None:
-    """Create a connector; a webcrawler connector needs --url or --url-file (list mode), or --site (site mode)."""
+    """Create a connector; a webcrawler connector needs --url or --url-file (list mode), or --start-url (site
+    mode)."""
     from pipelines_dagster import services
 
-    if urls and url_file:
-        raise InvalidInputError("url_file", "give --url or --url-file, not both")
-    all_urls = read_url_file(url_file) if url_file else list(urls)
     settings = load_settings()
-    site = site_for(
-        mode,
-        start_urls=sites,
-        max_depth=max_depth,
-        max_pages=max_pages,
-        include=include,
-        exclude=exclude,
-        subdomains=subdomains,
-        drop_query_params=drop_query_params,
-        max_pages_cap=settings.site_max_pages_cap,
-    )
+    all_urls, site = crawl_of(settings, urls, url_file, mode, **bounds)
     with transaction(open_sessions(settings)) as session:
         created = services.create_connector(
             session,
@@ -107,9 +173,79 @@ def connector_create(
             index_every_minutes=index_every_minutes,
             site=site,
         )
-        # Timestamps and server defaults are the database's, as the API shows them.
-        session.flush()
-        session.refresh(created)
-        shown = ConnectorOut.of(created)
+        shown = read_connector(session, created)
     what = f"a site crawl of {', '.join(site.start_urls)}" if site else f"{len(shown.urls or [])} URLs"
     emit(as_json, shown, f"connector {shown.id} created with {what}")
+
+
+@connector.command("list")
+@click.option("--workspace", "workspace_id", required=True, type=ID)
+@json_option
+@user_errors
+def connector_list(workspace_id: int, as_json: bool) -> None:
+    """The workspace's connectors."""
+    with open_sessions(load_settings())() as session:
+        get_workspace(session, workspace_id)
+        listed = ConnectorList(
+            connectors=[ConnectorOut.of(row) for row in list_connectors(session, workspace_id=workspace_id)]
+        )
+    emit(as_json, listed, "\n".join(map(describe, listed.connectors)) or f"workspace {workspace_id} has no connectors")
+
+
+@connector.command("show")
+@connector_ref
+@json_option
+@user_errors
+def connector_show(workspace_id: int, connector_id: int, as_json: bool) -> None:
+    """One connector: what it crawls, a list of URLs or a site with its bounds."""
+    with open_sessions(load_settings())() as session:
+        shown = ConnectorOut.of(get_connector(session, workspace_id=workspace_id, connector_id=connector_id))
+    emit(as_json, shown, describe(shown))
+
+
+@connector.command("update")
+@connector_ref
+@crawl_options
+@json_option
+@user_errors
+def connector_update(
+    workspace_id: int,
+    connector_id: int,
+    urls: tuple[str, ...],
+    url_file: Path | None,
+    name: str | None,
+    mode: str | None,
+    as_json: bool,
+    **bounds: Any,
+) -> None:
+    """Change the options given and leave the rest, as `PATCH .../connectors/{id}`: --url or --url-file make it a
+    list crawl, --start-url a site crawl (the site as a whole: a bound left out takes its default). Its pipelines
+    crawl what it says from their next run on."""
+    settings = load_settings()
+    new_urls, site = crawl_of(settings, urls, url_file, mode, **bounds)
+    if mode == CrawlMode.LIST.value and not new_urls:
+        raise InvalidInputError("urls", "a list crawl needs its URLs: give --url or --url-file with --mode list")
+    changes = ConnectorChanges(name=name, urls=new_urls or None, site=site)
+    with transaction(open_sessions(settings)) as session:
+        shown = read_connector(
+            session,
+            update_connector(session, workspace_id=workspace_id, connector_id=connector_id, changes=changes),
+        )
+    emit(as_json, shown, describe(shown))
+
+
+@connector.command("delete")
+@connector_ref
+@json_option
+@user_errors
+def connector_delete(workspace_id: int, connector_id: int, as_json: bool) -> None:
+    """Delete a connector with its own periodic indexing; refused while a pipeline crawls it (delete those
+    pipelines or give them another connector with `pipeline update --connector` first). Its documents stay."""
+    from pipelines_dagster import services
+
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        services.delete_connector(
+            session, dagster_instance(settings), workspace_id=workspace_id, connector_id=connector_id
+        )
+    emit(as_json, DeletedOut(id=connector_id, deleted=True), f"connector {connector_id} deleted")

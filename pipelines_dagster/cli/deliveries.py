@@ -59,7 +59,7 @@ def notification_test(workspace_id: int, endpoint_id: int, as_json: bool) -> Non
     if not results:
         raise click.ClickException(
             f"test delivery {delivery_id} was taken by another sender; see `pipelines-dagster notification "
-            f"deliveries --workspace {workspace_id} {endpoint_id}`"
+            f"deliveries --workspace {workspace_id} --endpoint {endpoint_id}`"
         )
     [result] = results
     with sessions() as session:

@@ -40,6 +40,8 @@ class CommandGroups(click.Group):
         return command
 
 
-@click.group(cls=CommandGroups)
+# -h on every command: a context takes its parent's help option names.
+@click.group(cls=CommandGroups, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pipelines-dagster", prog_name="pipelines-dagster")
 def main() -> None:
     """Web-crawl pipelines for a knowledge base, orchestrated by Dagster."""

@@ -8,7 +8,16 @@ from pipelines_dagster.api.schemas.common import DeletedOut
 from pipelines_dagster.api.schemas.notifications import EndpointList, EndpointOut, NewEndpointOut, RotatedEndpointOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import NotificationEndpoint
-from pipelines_dagster.cli.common import ID, emit, endpoint_ref, json_option, open_sessions, user_errors
+from pipelines_dagster.cli.common import (
+    ID,
+    Group,
+    RenamedOption,
+    emit,
+    endpoint_ref,
+    json_option,
+    open_sessions,
+    user_errors,
+)
 from pipelines_dagster.cli.deliveries import (
     destination_guard,
     notification_deliveries,
@@ -21,7 +30,7 @@ from pipelines_dagster.notifications.payloads import NotificationEvent
 from pipelines_dagster.settings import load_settings
 
 
-@click.group()
+@click.group(cls=Group)
 def notification() -> None:
     """Notification endpoints: URLs that hear, as signed Standard Webhooks, of runs ending, pages
     changing and credit running low."""
@@ -49,14 +58,18 @@ def show_endpoint(endpoint: NotificationEndpoint, as_json: bool) -> None:
 @click.option("--workspace", "workspace_id", required=True, type=ID)
 @click.option("--url", required=True, help="Where to POST: an http(s) URL the crawler may reach.")
 @click.option(
-    "--event",
+    "--event-type",
     "event_types",
+    cls=RenamedOption,
+    formerly="--event",
     multiple=True,
     help="An event to hear of; repeat for more. One of: " + ", ".join(member.value for member in NotificationEvent),
 )
 @click.option("--pipeline", "pipeline_ids", multiple=True, type=ID, help="Only this pipeline's events; repeat.")
 @click.option(
-    "--credits-below",
+    "--credits-below-micros",
+    cls=RenamedOption,
+    formerly="--credits-below",
     type=int,
     default=None,
     help="With credits.low, and only then: notify when a charge takes the balance under this many micro-credits.",
@@ -69,7 +82,7 @@ def notification_create(
     url: str,
     event_types: tuple[str, ...],
     pipeline_ids: tuple[int, ...],
-    credits_below: int | None,
+    credits_below_micros: int | None,
     description: str | None,
     as_json: bool,
 ) -> None:
@@ -83,7 +96,7 @@ def notification_create(
             url=url,
             event_types=event_types,
             pipeline_ids=list(pipeline_ids) or None,
-            credits_below_micros=credits_below,
+            credits_below_micros=credits_below_micros,
             description=description,
         )
         shown = NewEndpointOut.of_new(made)

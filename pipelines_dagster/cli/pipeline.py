@@ -9,7 +9,7 @@ from pipelines_dagster.api.schemas.common import DeletedOut
 from pipelines_dagster.api.schemas.pipelines import PipelineList, PipelineOut
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.cli.common import ID, emit, json_option, open_sessions, pipeline_ref, user_errors
+from pipelines_dagster.cli.common import ID, Group, emit, json_option, open_sessions, pipeline_ref, user_errors
 from pipelines_dagster.cli.pipeline_options import (
     keep,
     max_runtime_option,
@@ -33,7 +33,7 @@ from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import load_settings
 
 
-@click.group()
+@click.group(cls=Group)
 def pipeline() -> None:
     """Pipelines: what to do with a connector's crawl, and when."""
 
@@ -69,16 +69,16 @@ def pipeline_create(
     timezone: str | None,
     every_minutes: int | None,
     disabled: bool,
-    retry_backoff: str,
-    retry_max: int,
-    retry_delay: float,
-    max_runtime: int | None,
+    backoff: str,
+    max_retries: int,
+    delay_seconds: float,
+    max_runtime_seconds: int | None,
     as_json: bool,
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
     from pipelines_dagster import services
 
-    retry = retry_of(retry_backoff, retry_max, retry_delay)
+    retry = retry_of(backoff, max_retries, delay_seconds)
     settings = load_settings()
     with transaction(open_sessions(settings)) as session:
         created = services.create_pipeline(
@@ -94,7 +94,7 @@ def pipeline_create(
             schedule=schedule_of(cron, timezone, every_minutes),
             enabled=not disabled,
             retry=retry,
-            max_runtime_seconds=max_runtime,
+            max_runtime_seconds=max_runtime_seconds,
         )
         shown = read_pipeline(session, created)
     next_fire_at = shown.schedule.next_fire_at if shown.schedule else None
@@ -162,19 +162,20 @@ def pipeline_update(
     every_minutes: int | None,
     no_schedule: bool,
     enabled: bool | None,
-    retry_backoff: str | None,
-    retry_max: int | None,
-    retry_delay: float | None,
-    max_runtime: int | None,
+    backoff: str | None,
+    max_retries: int | None,
+    delay_seconds: float | None,
+    max_runtime_seconds: int | None,
     default_max_runtime: bool,
     as_json: bool,
 ) -> None:
-    """Change the options given and leave the rest (any --retry option sets the whole policy)."""
+    """Change the options given and leave the rest (any of --backoff, --max-retries and --delay-seconds sets
+    the whole retry policy)."""
     schedule = schedule_of(cron, timezone, every_minutes)
     refuse_both("no_folder", no_folder, folder is not None or folder_id is not None, "--folder or --folder-id")
     refuse_both("no_urls", no_urls, bool(urls), "--url")
     refuse_both("no_schedule", no_schedule, schedule is not None, "--cron, --timezone, --every-minutes")
-    refuse_both("default_max_runtime", default_max_runtime, max_runtime is not None, "--max-runtime")
+    refuse_both("default_max_runtime", default_max_runtime, max_runtime_seconds is not None, "--max-runtime-seconds")
     changes = PipelineChanges(
         name=keep(name),
         save_to_kb=keep(save_to_kb),
@@ -184,8 +185,8 @@ def pipeline_update(
         folder_id=keep(folder_id),
         urls=None if no_urls else keep(list(urls) or None),
         schedule=None if no_schedule else keep(schedule),
-        retry=keep(retry_of(retry_backoff, retry_max, retry_delay)),
-        max_runtime_seconds=None if default_max_runtime else keep(max_runtime),
+        retry=keep(retry_of(backoff, max_retries, delay_seconds)),
+        max_runtime_seconds=None if default_max_runtime else keep(max_runtime_seconds),
     )
     with transaction(open_sessions(load_settings())) as session:
         shown = read_pipeline(

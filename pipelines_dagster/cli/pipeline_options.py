@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from pipelines_dagster.cli.common import RenamedOption
 from pipelines_dagster.core.catalog.pipelines import KEEP, Keep
 from pipelines_dagster.core.catalog.retry import (
     DEFAULT_BACKOFF,
@@ -42,26 +43,33 @@ def schedule_of(cron: str | None, timezone: str | None, every_minutes: int | Non
 
 
 def retry_options(*, defaults: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """`--retry-backoff/--retry-max/--retry-delay`; without defaults an option left out is None."""
+    """`--backoff/--max-retries/--delay-seconds`, the fields of the API's `retry_policy` (formerly
+    `--retry-backoff/--retry-max/--retry-delay`); without defaults an option left out is None."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         for option in reversed(
             [
                 click.option(
-                    "--retry-backoff",
+                    "--backoff",
+                    cls=RenamedOption,
+                    formerly="--retry-backoff",
                     default=DEFAULT_BACKOFF.value if defaults else None,
                     show_default=defaults,
                     help="How a failed crawl is retried: linear or exponential.",
                 ),
                 click.option(
-                    "--retry-max",
+                    "--max-retries",
+                    cls=RenamedOption,
+                    formerly="--retry-max",
                     default=DEFAULT_MAX_RETRIES if defaults else None,
                     show_default=defaults,
                     type=int,
                     help=f"Retries of a failed crawl, 0 to {MAX_RETRIES}.",
                 ),
                 click.option(
-                    "--retry-delay",
+                    "--delay-seconds",
+                    cls=RenamedOption,
+                    formerly="--retry-delay",
                     default=DEFAULT_DELAY_SECONDS if defaults else None,
                     show_default=defaults,
                     type=float,
@@ -75,20 +83,21 @@ def retry_options(*, defaults: bool) -> Callable[[Callable[..., Any]], Callable[
     return decorate
 
 
-def retry_of(backoff: str | None, max_retries: int | None, delay: float | None) -> RetryPolicy | None:
+def retry_of(backoff: str | None, max_retries: int | None, delay_seconds: float | None) -> RetryPolicy | None:
     """The policy the options give, as a whole: an option left out takes its default, as in the API."""
-    if backoff is None and max_retries is None and delay is None:
+    if backoff is None and max_retries is None and delay_seconds is None:
         return None
     return validate_retry_policy(
         backoff=DEFAULT_BACKOFF.value if backoff is None else backoff,
         max_retries=DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
-        delay_seconds=DEFAULT_DELAY_SECONDS if delay is None else delay,
+        delay_seconds=DEFAULT_DELAY_SECONDS if delay_seconds is None else delay_seconds,
     )
 
 
 max_runtime_option = click.option(
-    "--max-runtime",
-    "max_runtime",
+    "--max-runtime-seconds",
+    cls=RenamedOption,
+    formerly="--max-runtime",
     type=int,
     default=None,
     help="Seconds one run may take (10 to 604800); a crawl past it is continued by a new run from the pages "

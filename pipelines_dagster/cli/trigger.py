@@ -9,15 +9,17 @@ from typing import Any
 
 import click
 
+from pipelines_dagster.api.schemas.common import DeletedOut
 from pipelines_dagster.api.schemas.events import EventOut
 from pipelines_dagster.api.schemas.triggers import NewWebhookOut, RotatedOut, TriggerList, TriggerOut
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.cli.common import ID, emit, json_option, open_sessions, user_errors
+from pipelines_dagster.cli.common import ID, Group, RenamedOption, emit, json_option, open_sessions, user_errors
 from pipelines_dagster.core.catalog.event_types import EventType
 from pipelines_dagster.core.catalog.triggers import (
     create_event_trigger,
     create_manual_trigger,
     create_webhook_trigger,
+    get_trigger,
     pipeline_triggers,
     rotate_signing_secret,
     set_trigger_enabled,
@@ -28,7 +30,7 @@ from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.settings import load_settings
 
 
-@click.group()
+@click.group(cls=Group)
 def trigger() -> None:
     """Webhook, event and manual triggers of a pipeline (schedules are set with `pipeline create`)."""
 
@@ -162,6 +164,31 @@ def trigger_disable(workspace_id: int, pipeline_id: int, trigger_id: int, as_jso
     _switch_trigger(workspace_id, pipeline_id, trigger_id, False, as_json)
 
 
+@trigger.command("show")
+@trigger_ref
+@json_option
+@user_errors
+def trigger_show(workspace_id: int, pipeline_id: int, trigger_id: int, as_json: bool) -> None:
+    """One trigger of a pipeline: its kind, what it fires on, on or off."""
+    with open_sessions(load_settings())() as session:
+        shown = TriggerOut.of(
+            get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id)
+        )
+    emit(as_json, shown, trigger_line(shown))
+
+
+@trigger.command("delete")
+@trigger_ref
+@json_option
+@user_errors
+def trigger_delete(workspace_id: int, pipeline_id: int, trigger_id: int, as_json: bool) -> None:
+    """Delete a trigger, as `DELETE .../triggers/{id}` does: a webhook's URL is refused from then on (to stop
+    one for a while, `trigger disable`); without its manual trigger a pipeline cannot be run by hand."""
+    with transaction(open_sessions(load_settings())) as session:
+        session.delete(get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id))
+    emit(as_json, DeletedOut(id=trigger_id, deleted=True), f"trigger {trigger_id} deleted")
+
+
 @trigger.command("rotate-secret")
 @trigger_ref
 @click.option(
@@ -194,14 +221,20 @@ def trigger_rotate_secret(
     )
 
 
-@click.group()
+@click.group(cls=Group)
 def event() -> None:
     """Domain events: what happened in a workspace, for event triggers to act on."""
 
 
 @event.command("emit")
 @click.option("--workspace", "workspace_id", required=True, type=ID)
-@click.option("--type", "event_type", required=True, help="One of: " + ", ".join(m.value for m in EventType) + ".")
+@click.option(
+    "--event-type",
+    cls=RenamedOption,
+    formerly="--type",
+    required=True,
+    help="One of: " + ", ".join(m.value for m in EventType) + ".",
+)
 @click.option("--payload", default="{}", help="A JSON object, e.g. '{\"connector_id\": 3}'.")
 @json_option
 @user_errors

@@ -237,7 +237,7 @@ def test_cli_pipeline_run_prints_the_run_id_and_refuses_a_second_while_the_first
     pipeline_id, other = make_pipeline(client, tenant), make_pipeline(client, tenant, name="other")
 
     def run(pipeline: int, *flags: str):
-        args = ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(pipeline), *flags]
+        args = ["pipeline", "run", "--workspace", str(tenant.workspace_id), "--pipeline", str(pipeline), *flags]
         return cli_env.invoke(main, args, catch_exceptions=False)
 
     text = run(pipeline_id)
@@ -279,21 +279,25 @@ def test_cli_pipeline_run_refusals_are_one_line_and_say_what_to_do(cli_env, live
         ),
     ]
     for (workspace, pipeline), message in cases:
-        result = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, pipeline])
+        result = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, "--pipeline", pipeline])
         assert result.exit_code == 1 and result.output.count("\n") == 1 and message in result.output, result.output
     assert run_ids(dagster_webserver.instance, tenant, manual_off) == []
     # One whose manual trigger is gone gets it back from `trigger create`, and then runs.
     client.delete(f"{tenant.pipelines}/{manual_off}/triggers/{switched}", headers=tenant.headers)
-    missing = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, str(manual_off)])
+    missing = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, "--pipeline", str(manual_off)])
     assert missing.exit_code == 1 and f"--pipeline {manual_off} --kind manual`" in missing.output, missing.output
     created = cli_env.invoke(
         main, ["trigger", "create", "--workspace", workspace, "--pipeline", str(manual_off), "--kind", "manual"]
     )
     assert created.exit_code == 0 and created.output.startswith("manual trigger "), created.output
-    ran = cli_env.invoke(main, ["pipeline", "run", "--workspace", workspace, str(manual_off)], catch_exceptions=False)
+    ran = cli_env.invoke(
+        main, ["pipeline", "run", "--workspace", workspace, "--pipeline", str(manual_off)], catch_exceptions=False
+    )
     assert ran.exit_code == 0 and run_ids(dagster_webserver.instance, tenant, manual_off) == [ran.output.split()[0]]
     monkeypatch.setenv(DAGSTER_URL_ENV, f"http://127.0.0.1:{free_port()}")
-    result = cli_env.invoke(main, ["pipeline", "run", "--workspace", str(tenant.workspace_id), str(enabled)])
+    result = cli_env.invoke(
+        main, ["pipeline", "run", "--workspace", str(tenant.workspace_id), "--pipeline", str(enabled)]
+    )
     assert result.exit_code == 1 and "cannot reach the Dagster webserver" in result.output
 
 

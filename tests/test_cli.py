@@ -56,6 +56,8 @@ def cli(tmp_path, monkeypatch):
         return json.loads(run(*args, "--json").output)
 
     run.json = run_json
+    # A result's JSON, when stderr has more to say (a deprecation notice).
+    run.json_of = lambda result: json.loads(result.stdout)
     run.engine = lambda: create_engine(f"sqlite:///{tmp_path / 'data' / 'app.sqlite3'}")
     return run
 
@@ -928,7 +930,7 @@ def test_connector_create_prints_what_the_api_answers_for_the_connector(cli, wor
     ws = str(workspace["id"])
     for bounds in (
         ["--url", "https://example.com/a", "--index-every-minutes", "60"],
-        ["--site", "https://docs.example.com/", "--max-depth", "2", "--include", "/docs/**"],
+        ["--start-url", "https://docs.example.com/", "--max-depth", "2", "--include", "/docs/**"],
     ):
         made = cli.json("connector", "create", "--workspace", ws, "--type", "webcrawler", *bounds)
         assert made == api.get(f"/workspaces/{ws}/connectors/{made['id']}").json()
@@ -958,7 +960,7 @@ def test_trigger_and_event_commands_print_what_the_api_answers(cli, workspace, c
     assert cli.json("trigger", "disable", *of_pipeline, "--trigger", str(again["id"])) == listed(again["id"])
     assert cli.json("trigger", "list", *of_pipeline) == api.get(triggers).json()
 
-    recorded = cli.json("event", "emit", "--workspace", ws, "--type", "refresh.requested")
+    recorded = cli.json("event", "emit", "--workspace", ws, "--event-type", "refresh.requested")
     answered = api.post(f"/workspaces/{ws}/events", json={"event_type": "refresh.requested"})
     assert answered.status_code == 202 and set(answered.json()) == set(recorded)
     assert (answered.json()["event_id"], recorded["event_type"]) == (recorded["event_id"] + 1, "refresh.requested")

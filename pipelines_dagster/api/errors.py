@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 _DESCRIPTIONS = {
     401: "Missing, unknown or revoked API token.",
     404: "Not found, or not in the token's workspace.",
-    409: "The pipeline or endpoint cannot do this now, or a concurrent request changed it; the detail says why.",
+    409: "The pipeline, connector or endpoint cannot do this now, or a concurrent request changed it; the detail "
+    "says why.",
     422: "Invalid input: one entry per field that needs fixing.",
     502: "The Dagster webserver answered but did not launch the run.",
     503: "A service the request needs (Dagster webserver, app database) is not reachable.",

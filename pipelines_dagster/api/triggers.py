@@ -52,6 +52,19 @@ def list_triggers(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) 
         return TriggerList(triggers=[TriggerOut.of(trigger) for trigger in triggers])
 
 
+@router.get(
+    "/pipelines/{pipeline_id}/triggers/{trigger_id}", response_model=TriggerOut, responses=responses(401, 404, 422)
+)
+def read_trigger(
+    workspace_id: WorkspaceId, pipeline_id: PipelineId, trigger_id: Annotated[int, Path(ge=1, le=MAX_ID)], api: Api
+) -> TriggerOut:
+    """One trigger of the pipeline, as the list shows it."""
+    with api.sessions() as session:
+        return TriggerOut.of(
+            get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id)
+        )
+
+
 def _switch(workspace_id: int, pipeline_id: int, trigger_id: int, api: Api, *, enabled: bool) -> TriggerOut:
     with transaction(api.sessions) as session:
         trigger = set_trigger_enabled(

@@ -169,7 +169,7 @@ def trigger_disable(workspace_id: int, pipeline_id: int, trigger_id: int, as_jso
 @json_option
 @user_errors
 def trigger_show(workspace_id: int, pipeline_id: int, trigger_id: int, as_json: bool) -> None:
-    """One trigger of a pipeline: its kind, what it fires on, on or off."""
+    """One trigger of a pipeline, as `GET .../triggers/{id}` shows it: its kind, what it fires on, on or off."""
     with open_sessions(load_settings())() as session:
         shown = TriggerOut.of(
             get_trigger(session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id)

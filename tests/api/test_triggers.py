@@ -66,8 +66,10 @@ def test_an_unknown_event_type_is_refused_when_the_trigger_is_created(client, te
     assert missing.status_code == 422 and "needs an event type" in missing.text
     made = client.post(path, headers=tenant.headers, json={"kind": "event", "event_type": "folder.changed"})
     assert made.status_code == 201 and made.json()["event_type"] == "folder.changed"
+    assert client.get(f"{path}/{made.json()['id']}", headers=tenant.headers).json() == made.json()
     gone = client.delete(f"{path}/{made.json()['id']}", headers=tenant.headers)
     assert gone.status_code == 204
+    assert client.get(f"{path}/{made.json()['id']}", headers=tenant.headers).status_code == 404
     assert [t["kind"] for t in client.get(path, headers=tenant.headers).json()["triggers"]] == ["manual"]
 
 
@@ -75,6 +77,11 @@ def test_another_workspace_cannot_see_or_add_triggers(client, tenant, other):
     pipeline_id = make_pipeline(client, tenant)
     theirs = f"/workspaces/{tenant.workspace_id}/pipelines/{pipeline_id}/triggers"
     assert client.get(theirs, headers=other.headers).status_code == 404
+    [manual] = client.get(theirs, headers=tenant.headers).json()["triggers"]
+    assert client.get(f"{theirs}/{manual['id']}", headers=other.headers).status_code == 404
+    assert (
+        client.get(f"{other.pipelines}/{pipeline_id}/triggers/{manual['id']}", headers=other.headers).status_code == 404
+    )
     mine = f"{other.pipelines}/{pipeline_id}/triggers"
     assert client.post(mine, headers=other.headers, json={"kind": "webhook"}).status_code == 404
 

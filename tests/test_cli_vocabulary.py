@@ -207,7 +207,10 @@ def test_pipelines_and_endpoints_are_named_by_option_and_the_old_positional_id_s
     assert "Missing option '--pipeline'" in missing.output
     assert cli.json("pipeline", "show", "--workspace", ws, "--pipeline", str(made["id"]))["enabled"] is True
     # The usage line names the option, not the old argument.
-    assert "Usage: main pipeline show [OPTIONS]\n" in cli("pipeline", "show", "-h").output
+    shown_help = cli("pipeline", "show", "-h").output
+    assert "Usage: main pipeline show [OPTIONS]\n" in shown_help
+    [pipeline_option] = [line for line in shown_help.splitlines() if line.strip().startswith("--pipeline ")]
+    assert pipeline_option.endswith("; required]")
 
     endpoint = cli.json(
         "notification", "create", "--workspace", ws, "--url", "https://93.184.215.14/hook", "--event-type", "run.failed"

@@ -116,6 +116,14 @@ def open_sessions(settings: Settings) -> sessionmaker[Session]:
     return session_factory(open_engine(settings))
 
 
+class NamingOption(click.Option):
+    """`--<noun>` where a former positional id may stand in for it: required all the same, and so shown in the
+    help, though checked by the command rather than by click."""
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        return {**super().get_help_extra(ctx), "required": "required"}
+
+
 class FormerArgument(click.Argument):
     """The positional id a command took before `--<noun>`: still read, left out of the usage line."""
 
@@ -147,7 +155,7 @@ def workspace_ref(noun: str, *, former_argument: bool = True) -> Callable[[Calla
             return command(*args, **kwargs)
 
         named = click.argument(f"former_{name}", cls=FormerArgument, required=False, type=ID)(named)
-        return workspace(click.option(f"--{noun}", name, type=ID, default=None, help="Required.")(named))
+        return workspace(click.option(f"--{noun}", name, cls=NamingOption, type=ID, default=None)(named))
 
     return decorate
 

@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
 import pytest
 
+from pipelines_dagster.app_db.engine import session_factory
 from pipelines_dagster.runs import partition_key
-from tests.api.conftest import Tenant
+from tests.api.conftest import Tenant, new_tenant
 from tests.api.test_pipelines import create, fields_of, partitions
+from tests.api.test_unique_races import served  # noqa: F401  (fixture)
 from tests.support.db import row_counts
 
 
@@ -154,3 +161,38 @@ def test_delete_takes_the_connectors_own_indexing_and_its_partition_with_it(clie
     assert client.delete(f"{connectors(tenant)}/{made['id']}", headers=tenant.headers).status_code == 204
     assert client.get(f"{tenant.pipelines}/{own['id']}", headers=tenant.headers).status_code == 404
     assert partition_key(own["id"]) not in partitions(instance)
+
+
+def test_a_pipeline_made_while_its_connector_is_deleted_is_never_deleted_with_it(served, postgres_engine):
+    """A delete racing a pipeline's creation either sees the pipeline and refuses, or comes first and the
+    pipeline is refused: never both succeed, which would leave a pipeline answered 201 and gone by cascade."""
+    sessions = session_factory(postgres_engine)
+    tenant = new_tenant(sessions)
+    outcomes: Counter[tuple[int, int]] = Counter()
+    start = threading.Barrier(2)
+    for round_ in range(15):
+        made = httpx.post(
+            f"{served}{connectors(tenant)}",
+            headers=tenant.headers,
+            json={"type": "webcrawler", "urls": ["https://e.com/"]},
+        ).json()
+
+        def delete(http: httpx.Client, connector_id: int = made["id"]) -> httpx.Response:
+            start.wait()
+            return http.delete(f"{served}{connectors(tenant)}/{connector_id}", headers=tenant.headers)
+
+        def create(http: httpx.Client, connector_id: int = made["id"], name: str = f"p{round_}") -> httpx.Response:
+            start.wait()
+            body = {"name": name, "connector_id": connector_id}
+            return http.post(f"{served}{tenant.pipelines}", headers=tenant.headers, json=body)
+
+        with ThreadPoolExecutor(2) as pool, httpx.Client(timeout=60) as one, httpx.Client(timeout=60) as two:
+            deleted, created = (future.result() for future in [pool.submit(delete, one), pool.submit(create, two)])
+        outcomes[deleted.status_code, created.status_code] += 1
+        assert (deleted.status_code, created.status_code) in {(409, 201), (204, 422), (204, 409)}, (
+            deleted.text,
+            created.text,
+        )
+        if created.status_code == 201:
+            assert httpx.get(f"{served}{tenant.pipelines}/{created.json()['id']}", headers=tenant.headers).is_success
+    assert sum(outcomes.values()) == 15, outcomes

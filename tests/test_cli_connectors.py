@@ -93,7 +93,10 @@ def test_delete_is_refused_while_a_pipeline_crawls_the_connector(cli, workspace,
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", cid, "--name", "Docs nightly")
     before = row_counts(cli.engine())
     refused = cli("connector", "delete", "--workspace", ws, "--connector", cid, ok=False)
-    assert f"connector {cid} is crawled by pipeline {made['id']} (Docs nightly); delete them" in refused.output
+    assert (
+        f"connector {cid} is crawled by pipeline {made['id']} (Docs nightly); "
+        "delete it or give it another connector first" in refused.output
+    )
     assert row_counts(cli.engine()) == before
     cli("pipeline", "delete", "--workspace", ws, "--pipeline", str(made["id"]))
     deleted = cli.json("connector", "delete", "--workspace", ws, "--connector", cid)

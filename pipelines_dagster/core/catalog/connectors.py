@@ -206,7 +206,7 @@ def update_connector(
 
 
 class ConnectorInUseError(ConflictError):
-    """Pipelines of the user's still crawl the connector."""
+    """A user's pipelines still crawl the connector."""
 
 
 def delete_connector(session: Session, *, workspace_id: int, connector_id: int) -> list[int]:
@@ -223,9 +223,10 @@ def delete_connector(session: Session, *, workspace_id: int, connector_id: int) 
         .order_by(Pipeline.id)
     ).all()
     if users := [f"{row.id} ({row.name})" for row in rows if not row.system_managed]:
+        them = "them" if len(users) > 1 else "it"
         raise ConnectorInUseError(
             f"connector {connector_id} is crawled by pipeline{'s' if len(users) > 1 else ''} {', '.join(users)}; "
-            "delete them or give them another connector first"
+            f"delete {them} or give {them} another connector first"
         )
     session.delete(connector)
     session.flush()

@@ -44,6 +44,7 @@ PIPELINE_OPERATIONS = frozenset(
         f"POST {PIPELINES}",
         f"GET {PIPELINE}",
         f"PUT {PIPELINE}",
+        f"PATCH {PIPELINE}",
         f"DELETE {PIPELINE}",
         f"POST {PIPELINE}/run",
         f"GET {PIPELINE}/runs",

@@ -143,6 +143,7 @@ def api_schema(data: Seeded, dagster_webserver: Webserver, data_dir, *, deep: bo
         f"POST {PIPELINES}": {"body.connector_id": data.connector_id},
         f"GET {PIPELINE}": main,
         f"PUT {PIPELINE}": main,
+        f"PATCH {PIPELINE}": main,
         f"DELETE {PIPELINE}": {"pipeline_id": data.doomed_pipeline_id},
         f"POST {PIPELINE}/run": main,
         f"GET {PIPELINE}/runs": main,

@@ -50,6 +50,7 @@ PIPELINE_OPERATIONS = frozenset(
         f"GET {PIPELINE}/runs",
         f"GET {RUN}",
         f"GET {RUN}/result",
+        f"GET {PIPELINE}/documents/{{document_id}}",
     }
 )
 NOTIFICATIONS = "/workspaces/{workspace_id}/notifications"

@@ -122,7 +122,7 @@ def create_app(
     app.state.services = ApiServices(
         sessions=sessions,
         instance=instance,
-        # Run pages link to the Dagster UI only where a deployment names its address.
+        # Run pages link to the Dagster UI: PIPELINES_DAGSTER_URL, the default webserver's when unset.
         history=RunHistory(instance, sessions, ui_base_url=settings.dagster_url),
         blob_store=resources["blob_store"].store(),
         launcher=launcher or GraphQLLauncher(settings.launch_url),

@@ -1,5 +1,5 @@
-"""Tools the chat agent may call, each bound to one workspace when it is built, answering in compact text;
-`pipelines-dagster mcp` serves the same tools over MCP."""
+"""Tools the chat agent may call, each bound to one workspace when it is built, answering in compact text and
+with the same answer as JSON; `pipelines-dagster mcp` serves the same tools over MCP."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Annotated, Any
 
 import pydantic
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.catalog.pipelines import get_pipeline
+from pipelines_dagster.core.errors import InvalidInputError, NotFoundError
 from pipelines_dagster.core.kb.changes import ChangeStatus, PageChangeView, list_changes
 from pipelines_dagster.core.ledger.costs import CostTotals, cost_totals
 from pipelines_dagster.core.validation import Id, field_rule, in_utc, iso_8601_text
@@ -27,18 +29,41 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class ToolAnswer:
+    """What a tool answered: text for the model, the same as JSON for a program (None for an error), and whether
+    the call was refused, with the text saying what to fix."""
+
+    text: str
+    data: dict[str, Any] | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
 class AgentTool:
-    """A function-calling tool: its spec for any LLM client, and a call that always answers in text."""
+    """A function-calling tool: its spec for any LLM client, and a call that always answers, in text and as JSON."""
 
     name: str
     description: str
     arguments: type[pydantic.BaseModel]
-    handler: Callable[[Any], str]
+    result: type
+    """What the handler returns: a pydantic model or a dataclass, which the answer's data is the JSON of."""
+    handler: Callable[[Any], Any]
+    render: Callable[[Any], str]
+    """The handler's result as the text the model reads."""
 
     @property
     def parameters(self) -> dict[str, Any]:
         """The JSON Schema of the arguments, derived from the model that validates them."""
         return self.arguments.model_json_schema()
+
+    @cached_property
+    def _result_adapter(self) -> pydantic.TypeAdapter[Any]:
+        return pydantic.TypeAdapter(self.result)
+
+    @property
+    def output_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the answer's data."""
+        return self._result_adapter.json_schema(mode="serialization")
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -47,19 +72,29 @@ class AgentTool:
         }
 
     def __call__(self, **arguments: Any) -> str:
-        # The model reads the answer, so bad arguments come back as text it can correct, not as an exception.
+        return self.answer(**arguments).text
+
+    def answer(self, **arguments: Any) -> ToolAnswer:
+        # The model reads the answer, so bad arguments come back as an answer it can correct, not as an exception.
         try:
             validated = self.arguments.model_validate(arguments)
         except pydantic.ValidationError as exc:
-            return f"Invalid arguments for {self.name}: {self._problems(exc)}"
+            return self._refused(f"Invalid arguments for {self.name}: {self._problems(exc)}")
         try:
-            return self.handler(validated)
+            result = self.handler(validated)
         except InvalidInputError as exc:
-            return f"Invalid arguments for {self.name}: {exc.field}: {exc.message}"
+            return self._refused(f"Invalid arguments for {self.name}: {exc.field}: {exc.message}")
+        except NotFoundError as exc:
+            return self._refused(f"{self.name}: {exc}")
         except sa.exc.SQLAlchemyError:
             # The error's text holds the SQL statement and its parameters: for the log, not the conversation.
             logger.exception("%s failed in the app database", self.name)
-            return f"{self.name} could not read the app database just now; try again shortly"
+            return self._refused(f"{self.name} could not read the app database just now; try again shortly")
+        return ToolAnswer(text=self.render(result), data=self._result_adapter.dump_python(result, mode="json"))
+
+    @staticmethod
+    def _refused(text: str) -> ToolAnswer:
+        return ToolAnswer(text=text, is_error=True)
 
     def _problems(self, error: pydantic.ValidationError) -> str:
         accepted = ", ".join(self.arguments.model_fields)
@@ -83,14 +118,34 @@ class PipelineRunsArguments(pydantic.BaseModel):
     limit: int = pydantic.Field(default=20, ge=1, le=MAX_LIMIT, description="How many runs, newest first.")
 
 
-def build_pipeline_run_tools(*, workspace_id: int | None, history: RunHistory) -> list[AgentTool]:
+class PipelineRuns(pydantic.BaseModel):
+    runs: list[PipelineRunView] = pydantic.Field(description="Newest first.")
+
+
+def _require_pipeline(sessions: sessionmaker[Session], workspace_id: int, pipeline_id: int | None) -> None:
+    """NotFoundError, saying what to do, unless `pipeline_id` is None or names a pipeline of the workspace."""
+    if pipeline_id is None:
+        return
+    with sessions() as session:
+        try:
+            get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        except NotFoundError:
+            raise NotFoundError(
+                f"no such pipeline in this workspace: {pipeline_id}; leave pipeline_id out for all of its pipelines"
+            ) from None
+
+
+def build_pipeline_run_tools(
+    *, workspace_id: int | None, history: RunHistory, sessions: sessionmaker[Session]
+) -> list[AgentTool]:
     """The run-history tools for a conversation in `workspace_id`; none outside a workspace."""
     if workspace_id is None:
         return []
 
-    def get_pipeline_runs(arguments: PipelineRunsArguments) -> str:
+    def get_pipeline_runs(arguments: PipelineRunsArguments) -> PipelineRuns:
+        _require_pipeline(sessions, workspace_id, arguments.pipeline_id)
         page = history.list_runs(workspace_id, pipeline_id=arguments.pipeline_id, limit=arguments.limit)
-        return render_runs(page.runs)
+        return PipelineRuns(runs=page.runs)
 
     return [
         AgentTool(
@@ -100,15 +155,17 @@ def build_pipeline_run_tools(*, workspace_id: int | None, history: RunHistory) -
                 "pipeline • status • trigger • finished • documents / crawls (and the error of a failed run)."
             ),
             arguments=PipelineRunsArguments,
+            result=PipelineRuns,
             handler=get_pipeline_runs,
+            render=render_runs,
         )
     ]
 
 
-def render_runs(runs: list[PipelineRunView]) -> str:
-    if not runs:
+def render_runs(result: PipelineRuns) -> str:
+    if not result.runs:
         return "No pipeline runs yet."
-    return "\n".join(_render_run(run) for run in runs)
+    return "\n".join(_render_run(run) for run in result.runs)
 
 
 def _render_run(run: PipelineRunView) -> str:
@@ -151,7 +208,8 @@ def build_page_change_tools(*, workspace_id: int | None, sessions: sessionmaker[
     if workspace_id is None:
         return []
 
-    def get_page_changes(arguments: PageChangesArguments) -> str:
+    def get_page_changes(arguments: PageChangesArguments) -> PageChanges:
+        _require_pipeline(sessions, workspace_id, arguments.pipeline_id)
         with sessions() as session:
             changes, _ = list_changes(
                 session,
@@ -160,7 +218,7 @@ def build_page_change_tools(*, workspace_id: int | None, sessions: sessionmaker[
                 status=arguments.status,
                 limit=arguments.limit,
             )
-        return render_changes(changes)
+        return PageChanges(changes=changes)
 
     return [
         AgentTool(
@@ -170,15 +228,21 @@ def build_page_change_tools(*, workspace_id: int | None, sessions: sessionmaker[
                 "newest first, one line each: observed • status • URL • pipeline (and the size of a change)."
             ),
             arguments=PageChangesArguments,
+            result=PageChanges,
             handler=get_page_changes,
+            render=render_changes,
         )
     ]
 
 
-def render_changes(changes: list[PageChangeView]) -> str:
-    if not changes:
+class PageChanges(pydantic.BaseModel):
+    changes: list[PageChangeView] = pydantic.Field(description="Newest first; `diff` is a changed page's unified diff.")
+
+
+def render_changes(result: PageChanges) -> str:
+    if not result.changes:
         return "No page changes recorded."
-    return "\n".join(_render_change(change) for change in changes)
+    return "\n".join(_render_change(change) for change in result.changes)
 
 
 def _render_change(change: PageChangeView) -> str:
@@ -210,7 +274,8 @@ def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session
     if workspace_id is None:
         return []
 
-    def get_cost_totals(arguments: CostTotalsArguments) -> str:
+    def get_cost_totals(arguments: CostTotalsArguments) -> CostTotals:
+        _require_pipeline(sessions, workspace_id, arguments.pipeline_id)
         with sessions() as session:
             totals = cost_totals(
                 session,
@@ -219,7 +284,7 @@ def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session
                 until=arguments.until,
                 pipeline_id=arguments.pipeline_id,
             )
-        return render_costs(totals)
+        return totals
 
     return [
         AgentTool(
@@ -229,7 +294,9 @@ def build_cost_tools(*, workspace_id: int | None, sessions: sessionmaker[Session
                 "credit): the total over a time range, then one line per pipeline, dearest first."
             ),
             arguments=CostTotalsArguments,
+            result=CostTotals,
             handler=get_cost_totals,
+            render=render_costs,
         )
     ]
 
@@ -255,7 +322,7 @@ def build_workspace_tools(
 ) -> list[AgentTool]:
     """Every chat tool for a conversation in `workspace_id` (what the MCP server serves)."""
     return [
-        *build_pipeline_run_tools(workspace_id=workspace_id, history=history),
+        *build_pipeline_run_tools(workspace_id=workspace_id, history=history, sessions=sessions),
         *build_page_change_tools(workspace_id=workspace_id, sessions=sessions),
         *build_cost_tools(workspace_id=workspace_id, sessions=sessions),
     ]

@@ -115,7 +115,9 @@ class PipelineRunView(pydantic.BaseModel):
     )
     blob_key: str | None
     error: str | None
-    dagster_url: str | None
+    dagster_url: str | None = pydantic.Field(
+        description="The run's page in the Dagster UI (PIPELINES_DAGSTER_URL, by default http://127.0.0.1:3000)."
+    )
     root_run_id: str | None = pydantic.Field(
         default=None,
         description="The first run of the chain this run retries or re-executes (the runs that continue a crawl "

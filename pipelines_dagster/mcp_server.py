@@ -80,8 +80,9 @@ def bearer_token(authorization: str | None) -> str:
 
 
 def build_server(tools: WorkspaceTools, workspace_of: WorkspaceOf) -> Server[Any]:
-    """An MCP server listing and calling the tools of each request's workspace; a tool answers in its own text,
-    bad arguments included, so the model can correct them."""
+    """An MCP server listing and calling the tools of each request's workspace; a tool answers in text with its
+    data as structured content, and bad arguments (an unknown pipeline too) as an error result whose text says
+    what to fix, so the model can correct them."""
     import mcp_types as types
     from mcp.server import Server
     from mcp.shared.exceptions import MCPError
@@ -95,7 +96,12 @@ def build_server(tools: WorkspaceTools, workspace_of: WorkspaceOf) -> Server[Any
         listed = (await request_tools(ctx)).values()
         return types.ListToolsResult(
             tools=[
-                types.Tool(name=tool.name, description=tool.description, input_schema=tool.parameters)
+                types.Tool(
+                    name=tool.name,
+                    description=tool.description,
+                    input_schema=tool.parameters,
+                    output_schema=tool.output_schema,
+                )
                 for tool in listed
             ]
         )
@@ -107,13 +113,15 @@ def build_server(tools: WorkspaceTools, workspace_of: WorkspaceOf) -> Server[Any
             raise MCPError(types.INVALID_PARAMS, f"no tool named {params.name!r}; the tools are {', '.join(listed)}")
         # The tools query the databases: in a worker thread, so a slow answer holds up no other request.
         try:
-            answer = await anyio.to_thread.run_sync(functools.partial(tool, **(params.arguments or {})))
+            answer = await anyio.to_thread.run_sync(functools.partial(tool.answer, **(params.arguments or {})))
         except Exception:
-            # A tool answers bad arguments in its own text; anything else is ours, and its text (a query, a
-            # path) is for the log, not the client.
+            # A tool answers bad arguments itself; anything else is ours, and its text (a query, a path) is for
+            # the log, not the client.
             logger.exception("tool %s failed", params.name)
             raise MCPError(types.INTERNAL_ERROR, f"{params.name} failed; the server log has the details") from None
-        return types.CallToolResult(content=[types.TextContent(text=answer)])
+        return types.CallToolResult(
+            content=[types.TextContent(text=answer.text)], structured_content=answer.data, is_error=answer.is_error
+        )
 
     return Server(
         "pipelines-dagster",

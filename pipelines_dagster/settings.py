@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipelines_dagster.core.crawl.site.config import DEFAULT_MAX_PAGES_CAP
@@ -19,6 +19,8 @@ from pipelines_dagster.core.triggers.fires import Budget
 ENV_PREFIX = "PIPELINES_"
 DAGSTER_URL_ENV = f"{ENV_PREFIX}DAGSTER_URL"
 DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
+# Where `pipelines-dagster api` listens unless told otherwise.
+DEFAULT_API_URL = "http://127.0.0.1:8000"
 
 
 class SettingsError(UserError, ValueError):
@@ -77,15 +79,15 @@ class Settings(BaseSettings):
             "embedded SQLite crawl about 10% of its throughput)."
         ),
     )
-    api_url: str | None = Field(
-        default=None,
+    api_url: str = Field(
+        default=DEFAULT_API_URL,
         description="Where users reach the HTTP API (e.g. https://pipelines.example.com): the base of the links "
-        "notifications carry; without it they carry ids only.",
+        "notifications carry. Default: where `pipelines-dagster api` listens by default.",
     )
-    dagster_url: str | None = Field(
-        default=None,
-        description=f"The Dagster webserver: where run-now launches ({DEFAULT_DAGSTER_URL} when unset) and the base "
-        "of the run links in run history and notifications (none when unset).",
+    dagster_url: str = Field(
+        default=DEFAULT_DAGSTER_URL,
+        description="The Dagster webserver: where run-now launches and the base of the run links in run history "
+        "and notifications.",
     )
     max_header_bytes: int = Field(
         default=64 * 1024,
@@ -129,6 +131,14 @@ class Settings(BaseSettings):
             parsed = urlparse(value)
             if parsed.scheme != "s3" or not parsed.netloc:
                 raise ValueError("must be a directory path or s3://bucket/prefix")
+        return value
+
+    @field_validator("api_url", "dagster_url", mode="before")
+    @classmethod
+    def _link_base(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Set but empty is unset: links always have a base.
+        if value in (None, ""):
+            return DEFAULT_API_URL if info.field_name == "api_url" else DEFAULT_DAGSTER_URL
         return value
 
     @field_validator("s3_endpoint_url", "api_url", "dagster_url")
@@ -181,7 +191,7 @@ class Settings(BaseSettings):
     @property
     def launch_url(self) -> str:
         """The Dagster webserver run-now launches through."""
-        return self.dagster_url or DEFAULT_DAGSTER_URL
+        return self.dagster_url
 
     @cached_property
     def allowed_networks(self) -> tuple[str, ...]:

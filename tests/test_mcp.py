@@ -1,5 +1,6 @@
 """`pipelines-dagster mcp` through the official SDK's own client, over stdio and streamable HTTP: the
-chat tools listed and called, each answering for its token's workspace only; wrong tokens refused."""
+chat tools listed and called, each answering in text and structured content for its token's workspace only;
+bad arguments and another workspace's pipeline answered as errors; wrong tokens refused."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from pipelines_dagster.agent_tools import build_workspace_tools
+from pipelines_dagster.agent_tools import ToolAnswer, build_workspace_tools
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
@@ -23,7 +24,7 @@ from pipelines_dagster.mcp_server import MCP_PATH, TOKEN_ENV
 from tests.assets.conftest import Stack, embedded, web  # noqa: F401  (fixtures)
 from tests.support.dagster_dev import BIN, REPO_DIR
 from tests.support.processes import stop_group
-from tests.test_history import history
+from tests.test_history import UI, history
 
 pytestmark = pytest.mark.integration
 
@@ -51,12 +52,14 @@ def server_env(embedded: Stack, tmp_path: Path, **extra: str) -> dict[str, str]:
         "PIPELINES_DATA_DIR": str(tmp_path / "data"),
         "PIPELINES_DATABASE_URL": embedded.url,
         "DAGSTER_HOME": embedded.instance.root_directory,
+        # The base of the run links both sides show.
+        "PIPELINES_DAGSTER_URL": UI,
     }
     env.pop(TOKEN_ENV, None)
     return env | extra
 
 
-def expected_answers(embedded: Stack, workspace_id: int, calls: list[tuple[str, dict]]) -> list[str]:
+def expected_answers(embedded: Stack, workspace_id: int, calls: list[tuple[str, dict]]) -> list[ToolAnswer]:
     """What the in-process chat tools answer for the workspace: the MCP server must answer the same."""
     tools = {
         tool.name: tool
@@ -64,18 +67,20 @@ def expected_answers(embedded: Stack, workspace_id: int, calls: list[tuple[str, 
             workspace_id=workspace_id, history=history(embedded), sessions=embedded.sessions
         )
     }
-    return [tools[name](**arguments) for name, arguments in calls]
+    return [tools[name].answer(**arguments) for name, arguments in calls]
 
 
-async def listed_and_called(session, calls: list[tuple[str, dict]]) -> tuple[set[str], list[str]]:
+async def listed_and_called(session, calls: list[tuple[str, dict]]) -> tuple[set[str], list[ToolAnswer]]:
+    """The tools listed (each with an output schema) and each call's answer as the client reads it; the SDK's
+    client checks a result's structured content against its tool's output schema."""
     await session.initialize()
     listed = await session.list_tools()
+    assert all(tool.output_schema["type"] == "object" for tool in listed.tools)
     answers = []
     for name, arguments in calls:
         result = await session.call_tool(name, arguments)
-        assert not result.is_error, result
         [content] = result.content
-        answers.append(content.text)
+        answers.append(ToolAnswer(text=content.text, data=result.structured_content, is_error=result.is_error))
     return {tool.name for tool in listed.tools}, answers
 
 
@@ -89,19 +94,46 @@ def calls_for(workspace: tuple[int, int, str], other: tuple[int, int, str]) -> l
         ("get_cost_totals", {}),
         ("get_cost_totals", {"pipeline_id": pipeline_id, "since": "2020-01-01"}),
         ("get_pipeline_runs", {"pipeline_id": other_pipeline}),
+        ("get_cost_totals", {"pipeline_id": other_pipeline}),
+        # Bad arguments: a wrong type, out of range, not a time, not an argument.
+        ("get_pipeline_runs", {"pipeline_id": str(pipeline_id)}),
+        ("get_pipeline_runs", {"limit": 0}),
+        ("get_page_changes", {"limit": 101}),
+        ("get_cost_totals", {"since": "soon"}),
+        ("get_pipeline_runs", {"workspace_id": 1}),
     ]
 
 
-def assert_only_its_workspace(answers: list[str], workspace: tuple[int, int, str], other: tuple[int, int, str]):
-    _, pipeline_id, _ = workspace
-    runs, changes, other_changes, costs, _, other_runs = answers
-    assert len(runs.splitlines()) >= 1 and "succeeded" in runs
-    assert changes != "No page changes recorded." and all(
-        f"pipeline {pipeline_id}" in line for line in changes.splitlines()
+def assert_only_its_workspace(
+    answers: list[ToolAnswer], workspace: tuple[int, int, str], other: tuple[int, int, str]
+) -> None:
+    workspace_id, pipeline_id, _ = workspace
+    runs, changes, other_changes, costs, _, other_runs, other_costs, *bad = answers
+    assert [answer.is_error for answer in (runs, changes, costs)] == [False] * 3
+    assert len(runs.text.splitlines()) >= 1 and "succeeded" in runs.text
+    # The same answer as data: the runs and changes of this workspace's pipeline, its charges.
+    assert {run["status"] for run in runs.data["runs"]} == {"succeeded"}
+    assert {(run["workspace_id"], run["pipeline_id"]) for run in runs.data["runs"]} == {(workspace_id, pipeline_id)}
+    assert len(runs.data["runs"]) == len(runs.text.splitlines())
+    assert changes.text != "No page changes recorded." and all(
+        f"pipeline {pipeline_id}" in line for line in changes.text.splitlines()
     )
-    assert f"pipeline {other[1]}" not in changes
-    assert other_changes == "No page changes recorded." and other_runs == "No pipeline runs yet."
-    assert "micro-credits" in costs and not costs.startswith("0 micro-credits")
+    assert {change["pipeline_id"] for change in changes.data["changes"]} == {pipeline_id}
+    assert f"pipeline {other[1]}" not in changes.text
+    assert "micro-credits" in costs.text and not costs.text.startswith("0 micro-credits")
+    assert costs.data["micros"] > 0 and costs.data["workspace_id"] == workspace_id
+    assert costs.text.startswith(f"{costs.data['micros']} micro-credits")
+    # Another workspace's pipeline is not this workspace's: an error saying so, not an empty answer.
+    for answer in (other_changes, other_runs, other_costs):
+        assert answer.is_error and answer.data is None
+        assert f"no such pipeline in this workspace: {other[1]}" in answer.text
+    wrong_type, too_few, too_many, not_a_time, not_an_argument = bad
+    assert all(answer.is_error and answer.data is None for answer in bad)
+    assert wrong_type.text.startswith("Invalid arguments for get_pipeline_runs: pipeline_id: Input should be a valid")
+    assert "limit: Input should be greater than or equal to 1" in too_few.text
+    assert "limit: Input should be less than or equal to 100" in too_many.text
+    assert not_a_time.text.startswith("Invalid arguments for get_cost_totals: since:")
+    assert "workspace_id is not an argument of this tool (it takes only pipeline_id, limit)" in not_an_argument.text
 
 
 def test_an_sdk_client_over_stdio_lists_and_calls_the_tools_of_its_tokens_workspace(embedded: Stack, tmp_path):
@@ -113,7 +145,7 @@ def test_an_sdk_client_over_stdio_lists_and_calls_the_tools_of_its_tokens_worksp
     calls = calls_for(ours, theirs)
     expected = expected_answers(embedded, ours[0], calls)
 
-    async def session_over_stdio() -> tuple[set[str], list[str]]:
+    async def session_over_stdio() -> tuple[set[str], list[ToolAnswer]]:
         server = StdioServerParameters(
             command=str(BIN / "pipelines-dagster"),
             args=["mcp"],
@@ -128,10 +160,6 @@ def test_an_sdk_client_over_stdio_lists_and_calls_the_tools_of_its_tokens_worksp
     assert names == TOOLS
     assert answers == expected
     assert_only_its_workspace(answers, ours, theirs)
-    # Bad arguments come back as the tool's own text, for the model to correct.
-    assert expected_answers(embedded, ours[0], [("get_cost_totals", {"since": "soon"})])[0].startswith(
-        "Invalid arguments for get_cost_totals: since:"
-    )
 
 
 def test_a_wrong_token_is_refused_before_stdio_serves_anything(embedded: Stack, tmp_path):
@@ -192,7 +220,7 @@ def test_an_sdk_client_over_streamable_http_answers_for_each_requests_bearer_tok
         assert wrong.status_code == 401 and "not valid" in wrong.json()["detail"]
         assert wrong.headers["www-authenticate"] == "Bearer"
 
-        async def session_over_http(token: str, calls: list[tuple[str, dict]]) -> tuple[set[str], list[str]]:
+        async def session_over_http(token: str, calls: list[tuple[str, dict]]) -> tuple[set[str], list[ToolAnswer]]:
             client = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
             async with (
                 client,
@@ -221,12 +249,12 @@ def test_a_failing_tool_reaches_the_client_as_an_error_without_its_text():
     class NoArguments(pydantic.BaseModel):
         pass
 
-    def leak(_arguments: NoArguments) -> str:
+    def leak(_arguments: NoArguments) -> NoArguments:
         raise RuntimeError("SELECT secret FROM credit_ledger WHERE workspace_id = 2")
 
     class Failing(WorkspaceTools):
         def of(self, workspace_id: int) -> dict[str, AgentTool]:
-            return {"leak": AgentTool("leak", "Fails.", NoArguments, leak)}
+            return {"leak": AgentTool("leak", "Fails.", NoArguments, NoArguments, leak, str)}
 
     async def workspace_of(_ctx) -> int:
         return 1

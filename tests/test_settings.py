@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.settings import SettingsError, load_settings
 
 VARIABLES = [
@@ -93,10 +94,21 @@ def test_the_trigger_sensors_budgets_come_from_the_environment(monkeypatch):
     assert (settings.schedule_budget.batch_size, settings.schedule_budget.max_rows) == (70, None)
 
 
-def test_the_dagster_url_is_one_setting_run_now_defaults_and_run_links_do_not(monkeypatch):
-    monkeypatch.delenv("PIPELINES_DAGSTER_URL", raising=False)
-    unset = load_settings()
-    assert (unset.dagster_url, unset.launch_url) == (None, "http://127.0.0.1:3000")
+def test_run_now_and_every_link_default_to_the_default_servers(monkeypatch, tmp_path):
+    for unset in (None, ""):
+        for name in ("PIPELINES_DAGSTER_URL", "PIPELINES_API_URL"):
+            if unset is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, unset)
+        default = load_settings(data_dir=tmp_path)
+        assert (default.dagster_url, default.launch_url) == ("http://127.0.0.1:3000",) * 2
+        assert default.api_url == "http://127.0.0.1:8000"
+        resources = build_resources(default)
+        assert (resources["notifications"].dagster_url, resources["notifications"].api_url) == (
+            "http://127.0.0.1:3000",
+            "http://127.0.0.1:8000",
+        )
     monkeypatch.setenv("PIPELINES_DAGSTER_URL", "https://dagster.example.com")
     given = load_settings()
     assert (given.dagster_url, given.launch_url) == ("https://dagster.example.com",) * 2

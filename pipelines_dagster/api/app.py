@@ -10,6 +10,7 @@ from importlib.metadata import version
 
 import dagster as dg
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from pipelines_dagster.api import (
     changes,
@@ -24,6 +25,7 @@ from pipelines_dagster.api import (
 )
 from pipelines_dagster.api.deps import ApiServices
 from pipelines_dagster.api.errors import install_error_handlers
+from pipelines_dagster.api.operations import operation_id
 from pipelines_dagster.app_db.engine import session_factory
 from pipelines_dagster.app_db.migrate import current_engine
 from pipelines_dagster.core.ledger.billing import Billing
@@ -50,6 +52,7 @@ a body over 1 MiB 413 (the server's settings may differ), and the connection clo
 """
 
 
+DOCS_ASSETS_PATH = "/docs-assets"
 _WEBHOOKS_PREFIX = "/webhooks/"
 _WEBHOOK_PATH = re.compile(_WEBHOOKS_PREFIX + r"[^/?#\s]+")
 REDACTED_WEBHOOK_PATH = "/webhooks/<redacted>"
@@ -106,17 +109,20 @@ def create_app(
         if owns_instance:
             instance.dispose()
 
-    app = FastAPI(
+    # Swagger UI and ReDoc from the package's own copies of their assets, so /docs and /redoc work offline.
+    app = FastAPIOffline(
         title="pipelines-dagster",
         version=version("pipelines-dagster"),
         description=DESCRIPTION,
         lifespan=lifespan,
         webhooks=notifications.messages,
+        generate_unique_id_function=operation_id,
+        static_url=DOCS_ASSETS_PATH,
     )
     app.state.services = ApiServices(
         sessions=sessions,
         instance=instance,
-        # Run pages link to the Dagster UI only where a deployment names its address.
+        # Run pages link to the Dagster UI: PIPELINES_DAGSTER_URL, the default webserver's when unset.
         history=RunHistory(instance, sessions, ui_base_url=settings.dagster_url),
         blob_store=resources["blob_store"].store(),
         launcher=launcher or GraphQLLauncher(settings.launch_url),

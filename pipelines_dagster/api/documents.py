@@ -1,10 +1,11 @@
-"""A pipeline's KB documents: what it indexed, what failed, and what was archived because its page left the crawl."""
+"""A pipeline's KB documents: what it indexed, what failed, and what was archived because its page left the crawl;
+and one document with the page's markdown."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
@@ -13,7 +14,14 @@ from pipelines_dagster.api.paging import Cursor, keyset_page
 from pipelines_dagster.api.pipelines import PipelineId
 from pipelines_dagster.api.schemas.documents import DocumentPage
 from pipelines_dagster.core.catalog.pipelines import get_pipeline
-from pipelines_dagster.core.kb.documents import MAX_LIMIT, DocumentListState, list_documents
+from pipelines_dagster.core.kb.documents import (
+    MAX_LIMIT,
+    DocumentContent,
+    DocumentListState,
+    get_document,
+    list_documents,
+)
+from pipelines_dagster.core.validation import MAX_ID
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/pipelines", tags=["documents"])
 
@@ -45,3 +53,16 @@ def list_pipeline_documents(
             cursor,
         )
     return DocumentPage(documents=rows, next_cursor=next_cursor)
+
+
+@router.get("/{pipeline_id}/documents/{document_id}", responses=responses(401, 404, 422, 503))
+def get_pipeline_document(
+    workspace_id: WorkspaceId,
+    pipeline_id: PipelineId,
+    document_id: Annotated[int, Path(ge=1, le=MAX_ID, description="A document of the pipeline (`id` in the list).")],
+    api: Api,
+) -> DocumentContent:
+    """One of the pipeline's documents with the page's markdown and what extraction found about it."""
+    with api.sessions() as session:
+        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        return get_document(session, workspace_id=workspace_id, pipeline_id=pipeline_id, document_id=document_id)

@@ -36,6 +36,11 @@ _DESCRIPTIONS = {
     503: "A service the request needs (Dagster webserver, app database) is not reachable.",
 }
 
+_REPLACE_NEEDS_EVERY_FIELD = (
+    "required: PUT replaces the whole object, so give every field (null where it may be empty); "
+    "PATCH changes only the fields it is given"
+)
+
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
@@ -85,6 +90,8 @@ async def _request_invalid(request: Request, exc: RequestValidationError) -> JSO
         if error["type"] == "json_invalid":
             reason = error.get("ctx", {}).get("error", error["msg"])
             errors.append(FieldError(field="body", message=f"the body is not valid JSON: {reason}"))
+        elif error["type"] == "missing" and request.method == "PUT" and error["loc"][:1] == ("body",):
+            errors.append(FieldError(field=_field_name(error["loc"]), message=_REPLACE_NEEDS_EVERY_FIELD))
         else:
             errors.append(FieldError(field=_field_name(error["loc"]), message=error["msg"]))
     return _invalid(errors)

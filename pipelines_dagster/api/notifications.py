@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
+from pipelines_dagster.api.operations import operation_id
 from pipelines_dagster.api.paging import Cursor, keyset_page
 from pipelines_dagster.api.schemas.notifications import (
     EndpointIn,
@@ -43,7 +44,7 @@ from pipelines_dagster.notifications.sender import MAX_ATTEMPTS, REQUEST_TIMEOUT
 
 router = APIRouter(prefix="/workspaces/{workspace_id}/notifications", tags=["notifications"])
 # Documentation only: what an endpoint receives, given to FastAPI as the OpenAPI `webhooks`.
-messages = APIRouter(tags=["notifications"])
+messages = APIRouter(tags=["notifications"], generate_unique_id_function=operation_id)
 
 EndpointId = Annotated[int, Path(ge=1, le=MAX_ID)]
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID)]
@@ -96,7 +97,7 @@ def delete_endpoint(workspace_id: WorkspaceId, endpoint_id: EndpointId, api: Api
 
 
 @router.post("/{endpoint_id}/rotate-secret", responses=responses(401, 404, 422))
-def rotate_secret(
+def rotate_endpoint_secret(
     workspace_id: WorkspaceId, endpoint_id: EndpointId, api: Api, body: EndpointRotateIn | None = None
 ) -> RotatedEndpointOut:
     """Give the endpoint a new signing secret (shown once).
@@ -190,7 +191,9 @@ def get_delivery(
 
 
 @router.post("/{endpoint_id}/redrive", responses=responses(401, 404, 409, 422))
-def redrive(workspace_id: WorkspaceId, endpoint_id: EndpointId, api: Api, body: RedriveIn | None = None) -> RedriveOut:
+def redrive_deliveries(
+    workspace_id: WorkspaceId, endpoint_id: EndpointId, api: Api, body: RedriveIn | None = None
+) -> RedriveOut:
     """Send deliveries again from the first step of the retry schedule, with the same webhook-id and body.
 
     Without `delivery_ids`, every failed delivery of the endpoint. A disabled endpoint is refused: enable it first.

@@ -15,10 +15,17 @@ from pipelines_dagster import services
 from pipelines_dagster.api.auth import WorkspaceId
 from pipelines_dagster.api.deps import Api
 from pipelines_dagster.api.errors import responses
-from pipelines_dagster.api.schemas.pipelines import PipelineCreate, PipelineList, PipelineOut, PipelineUpdate
+from pipelines_dagster.api.schemas.pipelines import (
+    PipelineCreate,
+    PipelineList,
+    PipelineOut,
+    PipelineReplace,
+    PipelineUpdate,
+)
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.catalog import pipelines as catalog
+from pipelines_dagster.core.catalog.pipelines import PipelineChanges
 from pipelines_dagster.core.catalog.schedules import schedule_triggers
 from pipelines_dagster.core.validation import MAX_ID
 
@@ -72,7 +79,13 @@ def get_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -
         return PipelineOut.of(pipeline, schedule_triggers(session, [pipeline.id]).get(pipeline.id))
 
 
-@router.put("/{pipeline_id}", responses=responses(401, 404, 409, 422, 503))
+def _changed(api: Api, workspace_id: int, pipeline_id: int, changes: PipelineChanges) -> PipelineOut:
+    with transaction(api.sessions) as session:
+        pipeline = catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
+        return _read(session, pipeline)
+
+
+@router.patch("/{pipeline_id}", responses=responses(401, 404, 409, 422, 503))
 def update_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, body: PipelineUpdate, api: Api) -> PipelineOut:
     """Change the fields given, leave the rest.
 
@@ -80,11 +93,18 @@ def update_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, body: Pi
     indexing is off while an enabled pipeline owns the connector); a changed
     schedule gets a new next fire time.
     """
-    with transaction(api.sessions) as session:
-        pipeline = catalog.update_pipeline(
-            session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=body.changes()
-        )
-        return _read(session, pipeline)
+    return _changed(api, workspace_id, pipeline_id, body.changes())
+
+
+@router.put("/{pipeline_id}", responses=responses(401, 404, 409, 422, 503))
+def replace_pipeline(
+    workspace_id: WorkspaceId, pipeline_id: PipelineId, body: PipelineReplace, api: Api
+) -> PipelineOut:
+    """Replace the pipeline with the one given: every field is required (a missing one is a 422 naming it).
+
+    The same rules as PATCH apply to each field; PATCH changes only some.
+    """
+    return _changed(api, workspace_id, pipeline_id, body.changes())
 
 
 @router.delete("/{pipeline_id}", status_code=status.HTTP_204_NO_CONTENT, responses=responses(401, 404, 409, 422, 503))

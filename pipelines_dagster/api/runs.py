@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Path, Query, Response, status
 from fastapi.responses import StreamingResponse
 
 from pipelines_dagster.api.auth import WorkspaceId
@@ -44,23 +44,34 @@ def _pipeline_run(api: Api, workspace_id: int, pipeline_id: int, run_id: uuid.UU
 @router.post(
     "/{pipeline_id}/run",
     status_code=status.HTTP_202_ACCEPTED,
-    responses=responses(401, 404, 409, 422, 502, 503),
+    responses={
+        202: {
+            "headers": {
+                "Location": {
+                    "description": "The run in this API (`url`): GET it to follow the run.",
+                    "schema": {"type": "string"},
+                }
+            }
+        },
+        **responses(401, 404, 409, 422, 502, 503),
+    },
 )
-def run_now(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -> RunLaunched:
-    """Launch the pipeline now (trigger `manual`).
+def run_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api, response: Response) -> RunLaunched:
+    """Launch the pipeline now (trigger `manual`); `Location` names the run, to follow it.
 
     A disabled or otherwise unrunnable pipeline, one without an enabled manual trigger, or one with a
     run queued or in progress (named in the answer) is refused with 409 and the reason; no run is created.
     """
-    return RunLaunched(
-        run_id=launch_pipeline_run(
-            api.sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, launcher=api.launcher
-        )
+    run_id = launch_pipeline_run(
+        api.sessions, workspace_id=workspace_id, pipeline_id=pipeline_id, launcher=api.launcher
     )
+    launched = RunLaunched.of(workspace_id=workspace_id, pipeline_id=pipeline_id, run_id=run_id)
+    response.headers["Location"] = launched.url
+    return launched
 
 
 @router.get("/{pipeline_id}/runs", responses=responses(401, 404, 422, 503))
-def list_runs(
+def list_pipeline_runs(
     workspace_id: WorkspaceId,
     pipeline_id: PipelineId,
     api: Api,
@@ -79,7 +90,7 @@ def list_runs(
 
 
 @router.get("/{pipeline_id}/runs/{run_id}", responses=responses(401, 404, 422, 503))
-def get_run(workspace_id: WorkspaceId, pipeline_id: PipelineId, run_id: RunId, api: Api) -> PipelineRunDetail:
+def get_pipeline_run(workspace_id: WorkspaceId, pipeline_id: PipelineId, run_id: RunId, api: Api) -> PipelineRunDetail:
     """One run with a summary per step."""
     return _pipeline_run(api, workspace_id, pipeline_id, run_id)
 
@@ -95,7 +106,9 @@ def get_run(workspace_id: WorkspaceId, pipeline_id: PipelineId, run_id: RunId, a
         **responses(401, 404, 422, 503, by_reference=True),
     },
 )
-def get_run_result(workspace_id: WorkspaceId, pipeline_id: PipelineId, run_id: RunId, api: Api) -> JSONLinesResponse:
+def get_pipeline_run_result(
+    workspace_id: WorkspaceId, pipeline_id: PipelineId, run_id: RunId, api: Api
+) -> JSONLinesResponse:
     """Stream the run's crawl result from the blob store; 404 when the run kept none."""
     run = _pipeline_run(api, workspace_id, pipeline_id, run_id)
     if run.blob_key is None:

@@ -104,7 +104,7 @@ def disable_trigger(
     response_model=NewWebhookOut | TriggerOut,
     responses=responses(401, 404, 422),
 )
-def add_trigger(
+def create_trigger(
     workspace_id: WorkspaceId, pipeline_id: PipelineId, body: TriggerIn, api: Api
 ) -> NewWebhookOut | TriggerOut:
     """Add a webhook trigger (its URL and secret are shown once), subscribe the pipeline to an event type,
@@ -156,7 +156,7 @@ def delete_trigger(
     response_model=RotatedOut,
     responses=responses(401, 404, 422),
 )
-def rotate_secret(
+def rotate_trigger_secret(
     workspace_id: WorkspaceId,
     pipeline_id: PipelineId,
     trigger_id: Annotated[int, Path(ge=1, le=MAX_ID)],

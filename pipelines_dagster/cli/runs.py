@@ -135,7 +135,11 @@ def run_now(workspace_id: int, pipeline_id: int, wait: bool, as_json: bool) -> N
         raise click.ClickException(str(exc)) from None
     link = run_link(settings, run_id)
     if not wait:
-        emit(as_json, RunLaunched(run_id=run_id), f"{run_id}\n{link}")
+        emit(
+            as_json,
+            RunLaunched.of(workspace_id=workspace_id, pipeline_id=pipeline_id, run_id=run_id),
+            f"{run_id}\n{link}",
+        )
         return
     from pipelines_dagster.history import RunHistory
 

@@ -78,7 +78,9 @@ class RunEventData(pydantic.BaseModel):
     )
     error: str | None = pydantic.Field(description="Why a failed run failed.")
     will_retry: bool = pydantic.Field(description="Dagster will retry this failed run (its process died).")
-    run_url: str | None = pydantic.Field(description="The run in the Dagster UI, where the deployment names it.")
+    run_url: str | None = pydantic.Field(
+        description="The run in the Dagster UI (PIPELINES_DAGSTER_URL, by default http://127.0.0.1:3000)."
+    )
 
 
 class PageChangeItem(pydantic.BaseModel):

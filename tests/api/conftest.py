@@ -44,11 +44,13 @@ PIPELINE_OPERATIONS = frozenset(
         f"POST {PIPELINES}",
         f"GET {PIPELINE}",
         f"PUT {PIPELINE}",
+        f"PATCH {PIPELINE}",
         f"DELETE {PIPELINE}",
         f"POST {PIPELINE}/run",
         f"GET {PIPELINE}/runs",
         f"GET {RUN}",
         f"GET {RUN}/result",
+        f"GET {PIPELINE}/documents/{{document_id}}",
     }
 )
 NOTIFICATIONS = "/workspaces/{workspace_id}/notifications"

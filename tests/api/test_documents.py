@@ -85,3 +85,35 @@ def test_another_workspaces_pipeline_is_not_found(library):
     assert client.get(f"{b.pipelines}/{pipelines['b']}/documents", headers=a.headers).status_code == 404
     theirs = client.get(f"{b.pipelines}/{pipelines['b']}/documents", headers=b.headers).json()["documents"]
     assert len(theirs) == 2 and all("/b" in d["url"] for d in theirs)
+
+
+def test_a_document_is_read_with_its_pages_markdown_in_its_own_workspace_only(library):
+    client, tenants, pipelines, _, urls = library
+    a, b = tenants["a"], tenants["b"]
+    listed = client.get(f"{a.pipelines}/{pipelines['a']}/documents", headers=a.headers).json()["documents"]
+    ready = next(d for d in listed if d["url"] == urls[0])
+    path = f"{a.pipelines}/{pipelines['a']}/documents/{ready['id']}"
+    answer = client.get(path, headers=a.headers)
+    assert answer.status_code == 200, answer.text
+    document = answer.json()
+    # What the list shows of it, and the page's markdown and what extraction found about it.
+    assert {key: document[key] for key in ready} == ready
+    assert "Paragraph about topic 0." in document["content"] and "More on 0." in document["content"]
+    assert document["metadata"]["title"] == "Page 0" and len(document["content_hash"]) == 64
+    assert document["created_at"]
+    # An archived document keeps its last content.
+    archived = next(d for d in listed if d["state"] == "archived")
+    kept = client.get(f"{a.pipelines}/{pipelines['a']}/documents/{archived['id']}", headers=a.headers).json()
+    assert "Paragraph about topic 5." in kept["content"]
+
+    # Another workspace's token, another pipeline's path, an unknown id: 404 with the reason.
+    assert client.get(path, headers=b.headers).status_code == 404
+    assert client.get(f"{b.pipelines}/{pipelines['a']}/documents/{ready['id']}", headers=b.headers).status_code == 404
+    theirs = client.get(f"{b.pipelines}/{pipelines['b']}/documents", headers=b.headers).json()["documents"][0]["id"]
+    missing = client.get(f"{a.pipelines}/{pipelines['a']}/documents/{theirs}", headers=a.headers)
+    assert missing.status_code == 404
+    assert missing.json() == {"detail": f"pipeline {pipelines['a']} has no document {theirs}"}
+    unknown = client.get(f"{a.pipelines}/{pipelines['a']}/documents/999999", headers=a.headers)
+    assert unknown.status_code == 404 and unknown.json()["detail"].endswith("has no document 999999")
+    bad = client.get(f"{a.pipelines}/{pipelines['a']}/documents/0", headers=a.headers)
+    assert bad.status_code == 422 and [e["field"] for e in bad.json()["detail"]] == ["document_id"]

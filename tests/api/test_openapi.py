@@ -33,7 +33,7 @@ from schemathesis.engine import Status, events
 from pipelines_dagster import services
 from pipelines_dagster.api.app import create_app
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import PageChange, Pipeline
+from pipelines_dagster.app_db.models import Document, PageChange, Pipeline
 from pipelines_dagster.core.crawl.health import CrawlHealth
 from pipelines_dagster.core.crawl.record import CrawlRecord
 from pipelines_dagster.core.kb.changes import record_changes
@@ -76,6 +76,7 @@ class Seeded:
     endpoint_id: int
     doomed_endpoint_id: int
     delivery_id: int
+    document_id: int
 
 
 @pytest.fixture
@@ -108,6 +109,7 @@ def seeded(dagster_webserver: Webserver, web, tmp_path) -> Seeded:
     guard = DestinationGuard(NetworkPolicy(allowed_networks=("127.0.0.1/32",)))
     with transaction(dagster_webserver.sessions) as session:
         change_id = session.scalar(sa.select(sa.func.max(PageChange.id)).where(PageChange.pipeline_id == pipeline_id))
+        document_id = session.scalar(sa.select(sa.func.max(Document.id)).where(Document.pipeline_id == pipeline_id))
         endpoint_ids = [
             create_endpoint(
                 session, guard, workspace_id=workspace_id, url=web.url("/hook"), event_types=["run.failed"]
@@ -127,6 +129,7 @@ def seeded(dagster_webserver: Webserver, web, tmp_path) -> Seeded:
         endpoint_id=endpoint_ids[0],
         doomed_endpoint_id=endpoint_ids[1],
         delivery_id=delivery_id,
+        document_id=document_id,
     )
 
 
@@ -143,10 +146,12 @@ def api_schema(data: Seeded, dagster_webserver: Webserver, data_dir, *, deep: bo
         f"POST {PIPELINES}": {"body.connector_id": data.connector_id},
         f"GET {PIPELINE}": main,
         f"PUT {PIPELINE}": main,
+        f"PATCH {PIPELINE}": main,
         f"DELETE {PIPELINE}": {"pipeline_id": data.doomed_pipeline_id},
         f"POST {PIPELINE}/run": main,
         f"GET {PIPELINE}/runs": main,
         f"GET {PIPELINE}/documents": main,
+        f"GET {PIPELINE}/documents/{{document_id}}": {**main, "document_id": data.document_id},
         f"GET {RUN}": {**main, "run_id": data.run_id},
         f"GET {RUN}/result": {**main, "run_id": data.run_id},
         f"GET {PIPELINE}/changes/{{change_id}}": {**main, "change_id": data.change_id},

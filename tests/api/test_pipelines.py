@@ -23,6 +23,19 @@ def create(client, tenant: Tenant, **fields):
     return client.post(tenant.pipelines, headers=tenant.headers, json={"connector_id": tenant.connector_id, **fields})
 
 
+WRITABLE = ("name", "connector_id", "save_to_kb", "enabled", "folder_id", "schedule", "urls", "max_runtime_seconds")
+
+
+def replacement(shown: dict, **fields) -> dict:
+    """A PUT body: the writable fields of a pipeline as GET shows it, with `fields` changed."""
+    body = {name: shown[name] for name in WRITABLE}
+    if body["schedule"] is not None:
+        body["schedule"] = {key: shown["schedule"][key] for key in ("cron", "timezone", "every_minutes")}
+    policy = shown["retry_policy"]
+    body["retry_policy"] = {key: policy[key] for key in ("backoff", "max_retries", "delay_seconds")}
+    return body | fields
+
+
 def fields_of(response) -> list[str]:
     assert response.status_code == 422, response.text
     return [error["field"] for error in response.json()["detail"]]
@@ -149,7 +162,55 @@ def trigger_of(sessions, pipeline_id: int) -> PipelineTrigger | None:
         return session.scalar(sa.select(PipelineTrigger).where(*schedule))
 
 
-def test_put_changes_only_the_fields_given(client, sessions, tenant):
+def test_put_replaces_the_pipeline_with_the_whole_one_given(client, sessions, tenant):
+    created = create(
+        client, tenant, name="p", folder="Docs", urls=["https://a.example/"], schedule={"every_minutes": 30}
+    )
+    created = created.json()
+    path = f"{tenant.pipelines}/{created['id']}"
+    # What GET shows, put back, changes nothing but the update time.
+    same = client.put(path, headers=tenant.headers, json=replacement(created))
+    assert same.status_code == 200, same.text
+    assert {k: v for k, v in same.json().items() if k != "updated_at"} == {
+        k: v for k, v in created.items() if k != "updated_at"
+    }
+    whole = replacement(
+        created,
+        name="replaced",
+        save_to_kb=False,
+        enabled=False,
+        folder_id=None,
+        schedule=None,
+        urls=None,
+        retry_policy={"backoff": "linear", "max_retries": 1, "delay_seconds": 10},
+        max_runtime_seconds=600,
+    )
+    replaced = client.put(path, headers=tenant.headers, json=whole).json()
+    assert {name: replaced[name] for name in WRITABLE} == {name: whole[name] for name in WRITABLE}
+    assert replaced["retry_policy"]["backoff"] == "linear" and replaced["retry_policy"]["max_retries"] == 1
+    assert trigger_of(sessions, created["id"]) is None
+    assert client.get(path, headers=tenant.headers).json() == replaced
+
+
+def test_a_put_missing_a_field_is_a_422_naming_each_and_changes_nothing(client, app_engine, tenant):
+    created = create(client, tenant, name="p", schedule={"every_minutes": 30}).json()
+    path = f"{tenant.pipelines}/{created['id']}"
+    before = row_counts(app_engine), client.get(path, headers=tenant.headers).json()
+    body = replacement(created, name="renamed")
+    del body["schedule"], body["retry_policy"]
+    refused = client.put(path, headers=tenant.headers, json=body)
+    assert refused.status_code == 422
+    assert {error["field"] for error in refused.json()["detail"]} == {"schedule", "retry_policy"}
+    assert all(
+        "PUT replaces the whole object" in e["message"] and "PATCH" in e["message"] for e in refused.json()["detail"]
+    )
+    # A PATCH with the same body changes what it names.
+    assert client.put(path, headers=tenant.headers, json={"name": "renamed"}).status_code == 422
+    assert (row_counts(app_engine), client.get(path, headers=tenant.headers).json()) == before
+    assert client.patch(path, headers=tenant.headers, json=body).json()["name"] == "renamed"
+
+
+def test_patch_changes_only_the_fields_given(client, sessions, tenant):
     created = create(
         client,
         tenant,
@@ -160,12 +221,12 @@ def test_put_changes_only_the_fields_given(client, sessions, tenant):
         schedule={"every_minutes": 30},
     ).json()
     path = f"{tenant.pipelines}/{created['id']}"
-    renamed = client.put(path, headers=tenant.headers, json={"name": "renamed"}).json()
+    renamed = client.patch(path, headers=tenant.headers, json={"name": "renamed"}).json()
     assert renamed["name"] == "renamed"
     assert {k: v for k, v in renamed.items() if k not in {"name", "updated_at"}} == {
         k: v for k, v in created.items() if k not in {"name", "updated_at"}
     }
-    cleared = client.put(
+    cleared = client.patch(
         path, headers=tenant.headers, json={"folder": None, "urls": None, "schedule": None, "save_to_kb": False}
     ).json()
     assert (cleared["folder_id"], cleared["urls"], cleared["schedule"], cleared["save_to_kb"]) == (
@@ -175,9 +236,9 @@ def test_put_changes_only_the_fields_given(client, sessions, tenant):
         False,
     )
     assert trigger_of(sessions, created["id"]) is None
-    again = client.put(path, headers=tenant.headers, json={"folder": "Docs", "urls": ["https://b.example/"]}).json()
+    again = client.patch(path, headers=tenant.headers, json={"folder": "Docs", "urls": ["https://b.example/"]}).json()
     assert again["folder_id"] == created["folder_id"] and again["urls"] == ["https://b.example/"]
-    assert client.put(path, headers=tenant.headers, json={}).json()["name"] == "renamed"
+    assert client.patch(path, headers=tenant.headers, json={}).json()["name"] == "renamed"
 
 
 def test_a_retry_policy_is_set_at_creation_shown_and_changed(client, tenant):
@@ -193,11 +254,11 @@ def test_a_retry_policy_is_set_at_creation_shown_and_changed(client, tenant):
     ).json()
     assert linear["retry_policy"]["description"] == "linear backoff, up to 2 retries, waiting 5, 10 s"
     path = f"{tenant.pipelines}/{linear['id']}"
-    refused = client.put(path, headers=tenant.headers, json={"retry_policy": {"delay_seconds": 0}})
+    refused = client.patch(path, headers=tenant.headers, json={"retry_policy": {"delay_seconds": 0}})
     assert fields_of(refused) == ["retry_policy.delay_seconds"]
-    assert fields_of(client.put(path, headers=tenant.headers, json={"retry_policy": None})) == ["retry_policy"]
+    assert fields_of(client.patch(path, headers=tenant.headers, json={"retry_policy": None})) == ["retry_policy"]
     assert client.get(path, headers=tenant.headers).json()["retry_policy"] == linear["retry_policy"]
-    changed = client.put(path, headers=tenant.headers, json={"retry_policy": {"max_retries": 0}}).json()
+    changed = client.patch(path, headers=tenant.headers, json={"retry_policy": {"max_retries": 0}}).json()
     assert changed["retry_policy"]["max_retries"] == 0 and changed["retry_policy"]["backoff"] == "exponential"
 
 
@@ -207,18 +268,18 @@ def test_a_max_runtime_is_set_at_creation_shown_changed_and_reset_to_the_deploym
     long = create(client, tenant, name="long", max_runtime_seconds=14400).json()
     assert long["max_runtime_seconds"] == 14400
     path = f"{tenant.pipelines}/{long['id']}"
-    assert fields_of(client.put(path, headers=tenant.headers, json={"max_runtime_seconds": 5})) == [
+    assert fields_of(client.patch(path, headers=tenant.headers, json={"max_runtime_seconds": 5})) == [
         "max_runtime_seconds"
     ]
     assert client.get(path, headers=tenant.headers).json()["max_runtime_seconds"] == 14400
-    assert client.put(path, headers=tenant.headers, json={"name": "renamed"}).json()["max_runtime_seconds"] == 14400
+    assert client.patch(path, headers=tenant.headers, json={"name": "renamed"}).json()["max_runtime_seconds"] == 14400
     assert (
-        client.put(path, headers=tenant.headers, json={"max_runtime_seconds": 60}).json()["max_runtime_seconds"] == 60
+        client.patch(path, headers=tenant.headers, json={"max_runtime_seconds": 60}).json()["max_runtime_seconds"] == 60
     )
     with sessions() as session:
         assert plan_run(session, long["id"]).max_runtime_seconds == 60
     assert (
-        client.put(path, headers=tenant.headers, json={"max_runtime_seconds": None}).json()["max_runtime_seconds"]
+        client.patch(path, headers=tenant.headers, json={"max_runtime_seconds": None}).json()["max_runtime_seconds"]
         is None
     )
     with sessions() as session:
@@ -227,7 +288,7 @@ def test_a_max_runtime_is_set_at_creation_shown_changed_and_reset_to_the_deploym
 
 def test_put_refuses_null_for_fields_that_have_no_null(client, tenant):
     created = create(client, tenant, name="p").json()
-    response = client.put(
+    response = client.patch(
         f"{tenant.pipelines}/{created['id']}",
         headers=tenant.headers,
         json={"name": None, "enabled": None, "save_to_kb": None},
@@ -245,7 +306,7 @@ def test_a_failed_put_leaves_the_pipeline_as_it_was(client, app_engine, sessions
     path = f"{tenant.pipelines}/{created['id']}"
     before = row_counts(app_engine)
     # The rename and the new folder are written before the URLs are found not to fit the connector.
-    response = client.put(
+    response = client.patch(
         path,
         headers=tenant.headers,
         json={
@@ -268,15 +329,15 @@ def test_editing_the_schedule_gives_it_a_new_next_fire_time(client, sessions, te
         session.execute(
             sa.update(PipelineTrigger).where(PipelineTrigger.pipeline_id == created["id"]).values(next_fire_at=long_ago)
         )
-    same = client.put(path, headers=tenant.headers, json={"schedule": {"cron": "0  6 * * *", "timezone": "UTC"}})
+    same = client.patch(path, headers=tenant.headers, json={"schedule": {"cron": "0  6 * * *", "timezone": "UTC"}})
     assert datetime.fromisoformat(same.json()["schedule"]["next_fire_at"]) == long_ago
-    moved = client.put(
+    moved = client.patch(
         path, headers=tenant.headers, json={"schedule": {"cron": "0 6 * * *", "timezone": "America/New_York"}}
     ).json()
     next_fire = datetime.fromisoformat(moved["schedule"]["next_fire_at"])
     now = datetime.now(UTC)
     assert now < next_fire <= now + timedelta(days=1) and next_fire.hour in {10, 11}
-    interval = client.put(path, headers=tenant.headers, json={"schedule": {"every_minutes": 15}}).json()["schedule"]
+    interval = client.patch(path, headers=tenant.headers, json={"schedule": {"every_minutes": 15}}).json()["schedule"]
     assert (interval["cron"], interval["timezone"], interval["every_minutes"]) == (None, None, 15)
     assert datetime.fromisoformat(interval["next_fire_at"]) <= datetime.now(UTC) + timedelta(minutes=15)
 
@@ -293,10 +354,10 @@ def test_enable_and_disable_run_the_dedup_guard(client, sessions):
     assert client.get(f"{owner.pipelines}/{system['id']}", headers=owner.headers).json()["schedule"]["enabled"] is False
 
     path = f"{owner.pipelines}/{created['id']}"
-    assert client.put(path, headers=owner.headers, json={"enabled": False}).json()["enabled"] is False
+    assert client.patch(path, headers=owner.headers, json={"enabled": False}).json()["enabled"] is False
     restored = client.get(f"{owner.pipelines}/{system['id']}", headers=owner.headers).json()["schedule"]
     assert restored["enabled"] is True and restored["next_fire_at"] is not None
-    client.put(path, headers=owner.headers, json={"enabled": True})
+    client.patch(path, headers=owner.headers, json={"enabled": True})
     assert client.get(f"{owner.pipelines}/{system['id']}", headers=owner.headers).json()["schedule"]["enabled"] is False
     with sessions() as session:
         assert session.get(Connector, owner.connector_id).periodic_indexing_enabled is False
@@ -307,7 +368,7 @@ def test_the_connector_own_indexing_pipeline_cannot_be_edited_or_deleted(client,
     [system] = client.get(owner.pipelines, headers=owner.headers).json()["pipelines"]
     path = f"{owner.pipelines}/{system['id']}"
     for response in (
-        client.put(path, headers=owner.headers, json={"enabled": False}),
+        client.patch(path, headers=owner.headers, json={"enabled": False}),
         client.delete(path, headers=owner.headers),
     ):
         assert response.status_code == 409 and "periodic indexing" in response.json()["detail"]
@@ -326,7 +387,7 @@ def test_delete_removes_the_pipeline_its_triggers_and_its_partition(client, sess
     for response in (
         client.get(path, headers=tenant.headers),
         client.delete(path, headers=tenant.headers),
-        client.put(path, headers=tenant.headers, json={"name": "back"}),
+        client.patch(path, headers=tenant.headers, json={"name": "back"}),
     ):
         assert response.status_code == 404
         assert response.json() == {"detail": f"pipeline {created['id']} is not in workspace {tenant.workspace_id}"}
@@ -335,15 +396,17 @@ def test_delete_removes_the_pipeline_its_triggers_and_its_partition(client, sess
 def test_another_workspace_pipeline_is_not_found_under_ones_own(client, tenant, other):
     theirs = create(client, other, name="theirs").json()
     path = f"{tenant.pipelines}/{theirs['id']}"
-    for method in ("GET", "PUT", "DELETE"):
+    for method in ("GET", "PATCH", "DELETE"):
         assert client.request(method, path, headers=tenant.headers, json={}).status_code == 404
+    whole = replacement(theirs, connector_id=tenant.connector_id)
+    assert client.put(path, headers=tenant.headers, json=whole).status_code == 404
     assert client.get(f"{other.pipelines}/{theirs['id']}", headers=other.headers).json() == theirs
 
 
 def test_unknown_methods_name_the_allowed_ones(client, tenant):
-    response = client.patch(f"{tenant.pipelines}/1", headers=tenant.headers, json={})
+    response = client.post(f"{tenant.pipelines}/1", headers=tenant.headers, json={})
     assert response.status_code == 405
-    assert response.headers["Allow"] == "GET, PUT, DELETE"
+    assert response.headers["Allow"] == "GET, PUT, PATCH, DELETE"
     assert response.json() == {"detail": "Method Not Allowed"}
 
 

@@ -58,6 +58,11 @@ def test_run_now_launches_a_queued_run_on_the_deployment(live, dagster_webserver
     response = client.post(f"{tenant.pipelines}/{pipeline_id}/run", headers=tenant.headers)
     assert response.status_code == 202, response.text
     run_id = response.json()["run_id"]
+    # Where to follow it: the header and the body name the run in this API, and it answers there.
+    location = f"{tenant.pipelines}/{pipeline_id}/runs/{run_id}"
+    assert response.headers["location"] == response.json()["url"] == location
+    followed = client.get(response.headers["location"], headers=tenant.headers)
+    assert followed.status_code == 200 and followed.json()["run_id"] == run_id
     run = dagster_webserver.instance.get_run_by_id(run_id)
     assert run is not None and run.job_name == "pipeline_run"
     assert run.status == dg.DagsterRunStatus.QUEUED

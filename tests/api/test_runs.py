@@ -9,6 +9,7 @@ import pytest
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.core.catalog.pipelines import set_pipeline_enabled
 from pipelines_dagster.launch import GraphQLLauncher
+from pipelines_dagster.settings import DEFAULT_DAGSTER_URL
 from tests.api.conftest import Tenant, free_port, issue_token, stack_settings
 from tests.assets.conftest import Stack
 
@@ -60,6 +61,10 @@ def test_runs_list_detail_and_result(crawled, stack: Stack):
     }
     assert {key: ok[key] for key in expected} == expected
     assert failed["status"] == "failed" and "disabled" in failed["error"] and failed["blob_key"] is None
+    # No PIPELINES_DAGSTER_URL: each run links to its page on the default webserver.
+    assert [run["dagster_url"] for run in page["runs"]] == [
+        f"{DEFAULT_DAGSTER_URL}/runs/{run['run_id']}" for run in page["runs"]
+    ]
 
     detail = client.get(f"{base}/{runs['a_ok']}", headers=a.headers).json()
     assert {k: v for k, v in detail.items() if k != "steps"} == ok

@@ -84,7 +84,7 @@ def test_a_loose_value_in_an_update_changes_nothing(client, app_engine, tenant):
         ({"retry_policy": {"delay_seconds": 1e-300}}, "retry_policy.delay_seconds"),
         ({"schedule": {"cron": "0 6 * * *", "timezone": "localtime"}}, "schedule.timezone"),
     ]:
-        assert only_field(client.put(path, headers=tenant.headers, json=body)) == field
+        assert only_field(client.patch(path, headers=tenant.headers, json=body)) == field
     assert (row_counts(app_engine), client.get(path, headers=tenant.headers).json()) == before
 
 

@@ -263,13 +263,13 @@ def test_a_seeded_template_is_shown_disabled_with_why_and_turned_on_over_http(cl
     path = f"{tenant.pipelines}/{watch['id']}"
 
     # Enabled with nothing to crawl: refused with the field, nothing written.
-    refused = client.put(path, headers=tenant.headers, json={"enabled": True})
+    refused = client.patch(path, headers=tenant.headers, json={"enabled": True})
     assert refused.status_code == 422 and refused.json()["detail"][0]["field"] == "enabled"
     assert client.get(path, headers=tenant.headers).json() == watch
-    foreign = client.put(path, headers=tenant.headers, json={"connector_id": other_connector(client, other)})
+    foreign = client.patch(path, headers=tenant.headers, json={"connector_id": other_connector(client, other)})
     assert foreign.status_code == 422 and foreign.json()["detail"][0]["field"] == "connector_id"
 
-    turned_on = client.put(path, headers=tenant.headers, json={"connector_id": tenant.connector_id, "enabled": True})
+    turned_on = client.patch(path, headers=tenant.headers, json={"connector_id": tenant.connector_id, "enabled": True})
     assert turned_on.status_code == 200, turned_on.text
     assert (turned_on.json()["connector_id"], turned_on.json()["enabled"]) == (tenant.connector_id, True)
     assert turned_on.json()["disabled_reason"] is None and turned_on.json()["template"] == "change_watch"

@@ -82,7 +82,7 @@ def test_parallel_renames_to_one_name_leave_one_pipeline_with_it(served, postgre
     def rename(http: httpx.Client) -> httpx.Response:
         with lock:
             pipeline_id = next(turns)
-        return http.put(f"{served}{tenant.pipelines}/{pipeline_id}", headers=tenant.headers, json={"name": "one"})
+        return http.patch(f"{served}{tenant.pipelines}/{pipeline_id}", headers=tenant.headers, json={"name": "one"})
 
     answers = at_once(len(ids), rename)
     assert statuses(answers) == {200: 1, 422: 9}, [a.text for a in answers if a.status_code not in {200, 422}]

@@ -132,7 +132,20 @@ class PipelineCreate(RequestBody):
     max_runtime_seconds: MaxRuntime | None = None
 
 
-class PipelineUpdate(RequestBody):
+class PipelineChange(RequestBody):
+    """A body that changes a pipeline: PATCH's some fields, PUT's all."""
+
+    def changes(self) -> PipelineChanges:
+        """The catalog's changes: a field left out of the body keeps its value (PUT leaves none out)."""
+        given = {name: getattr(self, name) for name in self.model_fields_set}
+        if given.get("schedule") is not None:
+            given["schedule"] = given["schedule"].spec()
+        if "retry_policy" in given:
+            given["retry"] = given.pop("retry_policy").policy()
+        return PipelineChanges(**given)
+
+
+class PipelineUpdate(PipelineChange):
     """Only the fields given change; null clears folder, folder_id, schedule and urls."""
 
     # Null is not a value of these, so it is refused rather than read as "leave unchanged". Not unions with
@@ -158,14 +171,20 @@ class PipelineUpdate(RequestBody):
             raise PydanticCustomError("not_null", "must not be null; leave the field out to keep its value")
         return value
 
-    def changes(self) -> PipelineChanges:
-        """The catalog's changes: a field left out of the body keeps its value."""
-        given = {name: getattr(self, name) for name in self.model_fields_set}
-        if "schedule" in given:
-            given["schedule"] = self.schedule.spec() if self.schedule is not None else None
-        if "retry_policy" in given:
-            given["retry"] = given.pop("retry_policy").policy()
-        return PipelineChanges(**given)
+
+class PipelineReplace(PipelineChange):
+    """The whole pipeline, as `PUT` replaces it: every field is required; null is the root folder, no schedule, the
+    connector's URLs and the deployment's maximum runtime. PATCH changes only the fields it is given."""
+
+    name: Name
+    connector_id: Id = Field(description="The connector it crawls.")
+    save_to_kb: bool
+    enabled: bool
+    folder_id: Id | None = Field(description="Destination KB folder of the same workspace; null is the root.")
+    schedule: Schedule | None
+    urls: Urls | None
+    retry_policy: RetryPolicyIn
+    max_runtime_seconds: MaxRuntime | None
 
 
 class ScheduleOut(BaseModel):

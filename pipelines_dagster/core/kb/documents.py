@@ -1,9 +1,10 @@
-"""A pipeline's KB documents as the API lists them: newest first, by state, archived ones included."""
+"""A pipeline's KB documents as the API lists them (newest first, by state, archived ones included) and reads
+one, with its content."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import pydantic
 import sqlalchemy as sa
@@ -11,6 +12,7 @@ from sqlalchemy import orm
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Document
+from pipelines_dagster.core.errors import NotFoundError
 
 DocumentListState = Literal["pending", "ready", "failed", "archived"]
 ARCHIVED: DocumentListState = "archived"
@@ -72,3 +74,26 @@ def list_documents(
     found = list(session.scalars(query.order_by(Document.id.desc()).limit(limit + 1)))
     rows = [DocumentView.of(document) for document in found[:limit]]
     return rows, (rows[-1].id if len(found) > limit else None)
+
+
+class DocumentContent(DocumentView):
+    content: str | None
+    """The page's text as markdown; None until a crawl stored it (pending, or failed the first time)."""
+    content_hash: str | None
+    metadata: dict[str, Any]
+    """What the extraction found about the page (title, description, author, date, ...)."""
+    created_at: datetime
+
+
+def get_document(session: Session, *, workspace_id: int, pipeline_id: int, document_id: int) -> DocumentContent:
+    """One of the pipeline's documents with its content; NotFoundError when it is not the pipeline's."""
+    document = session.get(Document, document_id)
+    if document is None or (document.workspace_id, document.pipeline_id) != (workspace_id, pipeline_id):
+        raise NotFoundError(f"pipeline {pipeline_id} has no document {document_id}")
+    return DocumentContent(
+        **DocumentView.of(document).model_dump(),
+        content=document.content,
+        content_hash=document.content_hash,
+        metadata=document.document_metadata or {},
+        created_at=document.created_at,
+    )

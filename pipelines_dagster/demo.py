@@ -173,7 +173,13 @@ def run_once(
     }
     if demo.api_token:
         summary["api_token"] = demo.api_token
+    summary["new_token_command"] = new_token_command(demo.workspace_id)
     return summary
+
+
+def new_token_command(workspace_id: int) -> str:
+    """How to get an API token of the demo workspace again: its first one is shown only once."""
+    return f"pipelines-dagster token create --workspace {workspace_id} --name my-token"
 
 
 def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:

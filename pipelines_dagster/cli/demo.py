@@ -60,6 +60,7 @@ def _demo(demo_site: Any, *, once: bool, site_port: int, ui_port: int) -> None:
         click.echo(f"demo site: {base_url}  (pipeline {seeded.pipeline_id}, workspace {seeded.workspace_id})")
         if seeded.api_token:
             click.echo(f"API token of the demo workspace (shown once): {seeded.api_token}")
+        click.echo(f"another API token, any time: {demo_site.new_token_command(seeded.workspace_id)}")
         click.echo(
             f"Dagster UI: http://127.0.0.1:{ui_port} — Assets → crawl_results → Materialize, "
             f"partition {seeded.pipeline_id}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -71,6 +72,9 @@ def test_mcp_over_stdio_writes_only_protocol_on_stdout(deployment):
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_pipeline_runs", "arguments": {}}},
     ]
+    # The server opens the Dagster instance afresh, as on a machine where only the app database was set up:
+    # what Dagster logs while making its storage (Alembic's INFO lines among it) is no protocol.
+    shutil.rmtree(Path(env["PIPELINES_DATA_DIR"]) / "dagster-home")
     server = subprocess.Popen(
         [SCRIPT, "mcp"],
         env={**env, "PIPELINES_MCP_TOKEN": workspace["api_token"]},

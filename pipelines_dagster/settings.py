@@ -138,6 +138,12 @@ class Settings(BaseSettings):
         description="Comma-separated networks the crawler may reach despite the SSRF guard, e.g. 127.0.0.1/32.",
     )
 
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir(cls, value: object) -> object:
+        # Set but empty (`PIPELINES_DATA_DIR=`) is unset: as a path it would be the current directory.
+        return default_data_dir() if value == "" else value
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str | None) -> str | None:
@@ -233,7 +239,10 @@ class Settings(BaseSettings):
         exist: a command run elsewhere would otherwise start a second, empty deployment without a word."""
         if self.database_url is not None or (self.data_dir / APP_DATABASE_FILE).is_file():
             return
-        where = "PIPELINES_DATA_DIR" if "data_dir" in self.model_fields_set else "the checkout's data dir"
+        if self.data_dir != default_data_dir():
+            where = "PIPELINES_DATA_DIR"
+        else:
+            where = "the checkout's data dir" if CHECKOUT_DIR else "the current directory's data dir"
         raise NoDeploymentError(
             f"no deployment at {self.data_dir.resolve()} ({where}): create one with `make run` (the demo) or "
             "`pipelines-dagster db upgrade`, or set PIPELINES_DATA_DIR (or PIPELINES_DATABASE_URL) to an existing one"

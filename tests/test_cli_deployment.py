@@ -50,16 +50,21 @@ def test_without_pipelines_data_dir_the_cli_uses_the_checkouts_data_dir_not_the_
     assert CHECKOUT_DIR is not None, "the tests run from a checkout, with the package installed from it"
     checkout_data = CHECKOUT_DIR / DATA_DIR_NAME
     had_deployment = (checkout_data / "app.sqlite3").is_file()
-    done = run_cli("workspace", "list", "--json", env=cli_env(), cwd=tmp_path)
+    # A deployment in the current directory is not the one: an empty PIPELINES_DATA_DIR is unset too.
+    here = cli_env(tmp_path / DATA_DIR_NAME)
+    assert run_cli("db", "upgrade", env=here, cwd=tmp_path).returncode == 0
+    made = run_cli("workspace", "create", "--name", "current-directory", "--owner", "u", env=here, cwd=tmp_path)
+    assert made.returncode == 0
+    done = run_cli("workspace", "list", "--json", env=cli_env(PIPELINES_DATA_DIR=""), cwd=tmp_path)
     if had_deployment:
         # A developer's own deployment: read, not changed.
         assert done.returncode == 0, done.stderr
-        assert "workspaces" in json.loads(done.stdout)
+        assert "current-directory" not in [w["name"] for w in json.loads(done.stdout)["workspaces"]]
     else:
         assert done.returncode == 1
         assert f"no deployment at {checkout_data} (the checkout's data dir)" in done.stderr
         assert not checkout_data.exists()
-    assert list(tmp_path.iterdir()) == []
+    assert [path.name for path in tmp_path.iterdir()] == [DATA_DIR_NAME]
 
 
 def _help_default(*command: str) -> dict[str, int]:

@@ -15,19 +15,16 @@ if TYPE_CHECKING:
 INSTANCE_CONFIG = "dagster.yaml"
 
 
-def dagster_home(settings: Settings) -> Path:
-    """$DAGSTER_HOME, or the embedded default's home in the data dir."""
-    return Path(os.environ.get("DAGSTER_HOME") or settings.dagster_home)
-
-
 def dagster_instance(settings: Settings, *, embedded_config: bool = False) -> dg.DagsterInstance:
-    """The instance at `dagster_home`. The data dir's own home (and any home, with `embedded_config`: the demo's)
-    is given the embedded default's config, deploy/dagster.yaml, before it is opened when it has none: opened
-    without one, Dagster warns and runs with its bare defaults (no run queue, no run monitoring, telemetry on)."""
-    home = dagster_home(settings)
+    """$DAGSTER_HOME's instance, or the embedded default's home in the data dir.
+
+    The data dir's own home (and any home, with `embedded_config`: the demo's) is given the embedded default's
+    config, deploy/dagster.yaml, before it is opened when it has none: opened without one, Dagster warns and runs
+    on its bare defaults (no run queue, no run monitoring, telemetry on)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or settings.dagster_home)
     home.mkdir(parents=True, exist_ok=True)
     if embedded_config or home.resolve() == settings.dagster_home:
-        install_embedded_config(home)
+        _install_embedded_config(home)
     # deploy/dagster.yaml reads its storage directory from the variable.
     os.environ["DAGSTER_HOME"] = str(home)
     # Imported on use: the CLI's commands that need no instance start without loading Dagster.
@@ -36,7 +33,7 @@ def dagster_instance(settings: Settings, *, embedded_config: bool = False) -> dg
     return dg.DagsterInstance.get()
 
 
-def install_embedded_config(home: Path) -> None:
+def _install_embedded_config(home: Path) -> None:
     """deploy/dagster.yaml as the home's config, unless it has one (an operator's, kept as it is) or the package
     runs without its checkout."""
     config = home / INSTANCE_CONFIG

@@ -17,7 +17,15 @@ from pipelines_dagster.app_db.engine import session_factory
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.cli.common import open_engine, user_errors
 from pipelines_dagster.instance import dagster_instance
-from pipelines_dagster.settings import CHECKOUT_DIR, DAGSTER_URL_ENV, ENV_PREFIX, Settings, load_settings
+from pipelines_dagster.settings import (
+    CHECKOUT_DIR,
+    DAGSTER_URL_ENV,
+    DEFAULT_SITE_PORT,
+    DEFAULT_UI_PORT,
+    ENV_PREFIX,
+    Settings,
+    load_settings,
+)
 
 PORT = click.IntRange(1, 65535)
 # `dagster dev` says it is superseded by `dg dev`, which needs the dev extra `make run` does not install; the
@@ -32,10 +40,12 @@ QUIET_DAGSTER_DEV = "ignore:Function `dev_command` is superseded"
     "--site-port",
     type=PORT,
     default=None,
-    help=f"Loopback port for the demo site [${ENV_PREFIX}SITE_PORT, else 8765]. A demo on another port has a "
-    "pipeline of its own.",
+    help=f"Loopback port for the demo site [${ENV_PREFIX}SITE_PORT, else {DEFAULT_SITE_PORT}]. A demo on another "
+    "port has a pipeline of its own.",
 )
-@click.option("--ui-port", type=PORT, default=None, help=f"Port of the Dagster UI [${ENV_PREFIX}UI_PORT, else 3000].")
+@click.option(
+    "--ui-port", type=PORT, default=None, help=f"Port of the Dagster UI [${ENV_PREFIX}UI_PORT, else {DEFAULT_UI_PORT}]."
+)
 @user_errors
 def demo(once: bool, site_port: int | None, ui_port: int | None) -> None:
     """Seed a demo workspace over the example docs site, served on 127.0.0.1.

@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Every package at the version CI tested (`make lock` refreshes it from pyproject.toml).
 CONSTRAINTS := constraints.txt
+RUN_STAMP := $(VENV)/.installed-run-stamp
 STAMP := $(VENV)/.installed-stamp
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 # The venv's own dg, told it runs in that venv (it warns otherwise, as if another one were active).
@@ -13,10 +14,16 @@ export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
 
 .PHONY: install install-dev lock run dev check-defs lint test bench bench-smoke
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+# What running needs and no more: `make run` on a fresh clone installs no test tools.
+$(RUN_STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or 3.12 is needed, found " + sys.version.split()[0]) if sys.version_info[:2] not in ((3, 11), (3, 12)) else None'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e .
+	touch $(RUN_STAMP)
+
+# The `test` extra on top, for the tests, lint and benches.
+$(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
@@ -46,8 +53,9 @@ $(DAGSTER_HOME)/dagster.yaml:
 
 # Seed the demo workspace over examples/site (served on 127.0.0.1:8765) and start the
 # Dagster UI + daemon on http://127.0.0.1:3000, all on the embedded default.
-run: install
-	$(BIN)/pipelines-dagster demo
+# `make run UI_PORT=3100 SITE_PORT=8800` (or $$PIPELINES_UI_PORT, $$PIPELINES_SITE_PORT) moves them.
+run: $(RUN_STAMP)
+	$(BIN)/pipelines-dagster demo $(if $(UI_PORT),--ui-port $(UI_PORT)) $(if $(SITE_PORT),--site-port $(SITE_PORT))
 
 # `dg dev` (UI and daemon on http://127.0.0.1:3000) on the project's DAGSTER_HOME, exported above,
 # over the embedded default's app database (the sensors read it from their first tick).

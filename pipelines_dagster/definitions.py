@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import warnings
 
 import dagster as dg
 
@@ -22,6 +23,12 @@ from pipelines_dagster.sensors.run_status import lock_release_sensors
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor
 from pipelines_dagster.settings import load_settings
+
+# Dagster resolving the sensors of jobs passes `owners` to SensorDefinition itself, which warns that the parameter
+# is beta: noise of Dagster's own making, whoever loads the code location.
+warnings.filterwarnings(
+    "ignore", message="Parameter `owners` of initializer `SensorDefinition.__init__`", category=dg.BetaWarning
+)
 
 # Settings are read at load time so a bad PIPELINES_* value fails the code location
 # with the SettingsError that names it, not the first run that touches a resource.

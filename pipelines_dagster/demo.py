@@ -29,13 +29,12 @@ from pipelines_dagster.core.catalog.connectors import set_initial_urls
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.runs import CRAWL_RESULTS_ASSET, KB_DOCUMENTS_ASSET, Trigger, partition_key, run_tags
-from pipelines_dagster.settings import Settings, load_settings
+from pipelines_dagster.settings import DEFAULT_SITE_PORT, Settings, load_settings
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "examples" / "site"
 DEMO_WORKSPACE = "Northwind demo"
 DEMO_OWNER = "demo-user"
 DEMO_PIPELINE = "Northwind docs"
-DEMO_FOLDER = "Northwind docs"
 LOOPBACK = "127.0.0.1/32"
 # Not in urls.txt: robots.txt disallows it, so the demo shows a refused URL next to the rest.
 DRAFT_PAGE = "drafts/offline-sync-v2.html"
@@ -64,6 +63,10 @@ class SitePortBusyError(OSError):
     pass
 
 
+def site_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/"
+
+
 @contextmanager
 def serve_site(*, port: int, site_dir: Path = SITE_DIR) -> Iterator[str]:
     """Serve the site on 127.0.0.1 in a background thread; yields its base URL.
@@ -75,15 +78,22 @@ def serve_site(*, port: int, site_dir: Path = SITE_DIR) -> Iterator[str]:
         server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as exc:
         raise SitePortBusyError(
-            f"cannot serve the demo site on 127.0.0.1:{port} ({exc.strerror}); pass --site-port"
+            f"cannot serve the demo site on 127.0.0.1:{port} ({exc.strerror}); pass another --site-port "
+            "(or SITE_PORT=... to make run)"
         ) from None
     thread = threading.Thread(target=server.serve_forever, name="demo-site", daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield site_url(port)
     finally:
         server.shutdown()
         server.server_close()
+
+
+def demo_pipeline_name(site_port: int) -> str:
+    """The demo pipeline over the site on `site_port`: a demo on another port has its own pipeline, connector and
+    folder, so it neither re-points the one a live demo crawls nor adds its pages to that one's documents."""
+    return DEMO_PIPELINE if site_port == DEFAULT_SITE_PORT else f"{DEMO_PIPELINE} (port {site_port})"
 
 
 @dataclass(frozen=True)
@@ -94,8 +104,10 @@ class DemoPipeline:
     """Set only when this call created the workspace."""
 
 
-def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url: str) -> DemoPipeline:
-    """The demo workspace, connector and pipeline, created once and pointed at `base_url`."""
+def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, *, site_port: int) -> DemoPipeline:
+    """The demo workspace, and its connector and pipeline over the site on `site_port`, each created once."""
+    base_url = site_url(site_port)
+    name = demo_pipeline_name(site_port)
     urls = [base_url + path for path in site_paths()]
     with transaction(sessions) as session:
         workspace = session.scalar(sa.select(Workspace).where(Workspace.name == DEMO_WORKSPACE))
@@ -104,7 +116,7 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url
             created = services.create_workspace(session, instance, name=DEMO_WORKSPACE, owner_user_id=DEMO_OWNER)
             workspace, token = created.workspace, created.api_token
         pipeline = session.scalar(
-            sa.select(Pipeline).where(Pipeline.workspace_id == workspace.id, Pipeline.name == DEMO_PIPELINE)
+            sa.select(Pipeline).where(Pipeline.workspace_id == workspace.id, Pipeline.name == name)
         )
         if pipeline is None:
             connector = services.create_connector(
@@ -113,19 +125,19 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, base_url
                 workspace_id=workspace.id,
                 connector_type="webcrawler",
                 urls=urls,
-                name="Northwind docs site",
+                name=f"{name} site",
             )
             pipeline = services.create_pipeline(
                 session,
                 instance,
                 workspace_id=workspace.id,
                 connector_id=connector.id,
-                name=DEMO_PIPELINE,
+                name=name,
                 save_to_kb=True,
-                folder_name=DEMO_FOLDER,
+                folder_name=name,
             )
         else:
-            # The site's port may differ from the last demo's.
+            # Its own port's URLs: this heals a connector an earlier demo re-pointed to another port.
             connector = session.get_one(Connector, pipeline.connector_id)
             set_initial_urls(connector, urls)
         return DemoPipeline(workspace.id, pipeline.id, token)
@@ -140,8 +152,8 @@ def run_once(
     settings: Settings, sessions: sessionmaker[Session], instance: dg.DagsterInstance, *, site_port: int
 ) -> dict[str, Any]:
     """Serve the site, materialize the demo partition in-process, and summarize what landed."""
-    with serve_site(port=site_port) as base_url:
-        demo = seed(sessions, instance, base_url)
+    with serve_site(port=site_port):
+        demo = seed(sessions, instance, site_port=site_port)
         result = dg.materialize(
             [crawl_results, kb_documents],
             partition_key=partition_key(demo.pipeline_id),
@@ -155,7 +167,7 @@ def run_once(
         ready = session.scalar(
             sa.select(sa.func.count())
             .select_from(Document)
-            .where(Document.workspace_id == demo.workspace_id, Document.status_state == "ready")
+            .where(Document.pipeline_id == demo.pipeline_id, Document.status_state == "ready")
         )
     summary = {
         "workspace_id": demo.workspace_id,
@@ -173,7 +185,13 @@ def run_once(
     }
     if demo.api_token:
         summary["api_token"] = demo.api_token
+    summary["new_token_command"] = new_token_command(demo.workspace_id)
     return summary
+
+
+def new_token_command(workspace_id: int) -> str:
+    """How to get an API token of the demo workspace again: its first one is shown only once."""
+    return f"pipelines-dagster token create --workspace {workspace_id} --name my-token"
 
 
 def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:

@@ -132,9 +132,9 @@ def build_server(tools: WorkspaceTools, workspace_of: WorkspaceOf) -> Server[Any
     )
 
 
-def serve_stdio(tools: WorkspaceTools, token: str, *, workspace_id: int) -> None:
-    """Serve one client on stdin/stdout until it closes stdin, answering for `token`'s workspace (`workspace_id`
-    when it starts; each request checks the token again)."""
+def serve_stdio(tools: WorkspaceTools, token: str) -> None:
+    """Serve one client on stdin/stdout until it closes stdin, answering for `token`'s workspace (each request
+    checks the token again)."""
     import mcp_types as types
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
@@ -152,9 +152,8 @@ def serve_stdio(tools: WorkspaceTools, token: str, *, workspace_id: int) -> None
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    # stdout carries the protocol: every log line goes to stderr.
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logger.info("serving workspace %s over stdio", workspace_id)
+    # stdout is the protocol: logs go to stderr, and only warnings, so a client that shows stderr shows no chatter.
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     anyio.run(serve)
 
 

@@ -23,16 +23,46 @@ DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 
 
+# The checkout the package runs from (an editable install: pyproject.toml beside the package), where `make run`
+# keeps the embedded default's files; None when the package was installed from a wheel.
+_PACKAGE_PARENT = Path(__file__).resolve().parents[1]
+CHECKOUT_DIR: Path | None = _PACKAGE_PARENT if (_PACKAGE_PARENT / "pyproject.toml").is_file() else None
+DATA_DIR_NAME = ".pipelines-data"
+APP_DATABASE_FILE = "app.sqlite3"
+# The demo's ports: the Dagster UI's, and the example site's (the demo pipeline's URLs name it).
+DEFAULT_UI_PORT = 3000
+DEFAULT_SITE_PORT = 8765
+
+
+def default_data_dir() -> Path:
+    """The checkout's data dir, whatever the current directory; the current directory's without a checkout."""
+    return (CHECKOUT_DIR or Path.cwd()) / DATA_DIR_NAME
+
+
 class SettingsError(UserError, ValueError):
     """A PIPELINES_* variable holds a value we cannot use; the message names it and its operator can fix it."""
+
+
+class NoDeploymentError(UserError):
+    """No embedded deployment where the settings point; the message says where that was and how to make one."""
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     data_dir: Path = Field(
-        default=Path(".pipelines-data"),
-        description="Directory for the embedded default: SQLite database, blobs, Dagster home.",
+        default_factory=default_data_dir,
+        description="Directory for the embedded default: SQLite database, blobs, Dagster home. Default: "
+        "`.pipelines-data` in the checkout the package is installed from, wherever the command runs.",
+    )
+    ui_port: int = Field(
+        default=DEFAULT_UI_PORT, ge=1, le=65535, description="The port `demo` (`make run`) serves the Dagster UI on."
+    )
+    site_port: int = Field(
+        default=DEFAULT_SITE_PORT,
+        ge=1,
+        le=65535,
+        description="The loopback port `demo` (`make run`) serves the example site on.",
     )
     database_url: str | None = Field(
         default=None,
@@ -109,6 +139,12 @@ class Settings(BaseSettings):
         default="",
         description="Comma-separated networks the crawler may reach despite the SSRF guard, e.g. 127.0.0.1/32.",
     )
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir(cls, value: object) -> object:
+        # Set but empty (`PIPELINES_DATA_DIR=`) is unset: as a path it would be the current directory.
+        return default_data_dir() if value == "" else value
 
     @field_validator("database_url")
     @classmethod
@@ -206,7 +242,21 @@ class Settings(BaseSettings):
 
     @cached_property
     def resolved_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{(self.data_dir / 'app.sqlite3').resolve()}"
+        return self.database_url or f"sqlite:///{(self.data_dir / APP_DATABASE_FILE).resolve()}"
+
+    def require_deployment(self) -> None:
+        """Refuse, naming where it looked and how to make one, when the embedded default's app database does not
+        exist: a command run elsewhere would otherwise start a second, empty deployment without a word."""
+        if self.database_url is not None or (self.data_dir / APP_DATABASE_FILE).is_file():
+            return
+        if self.data_dir != default_data_dir():
+            where = "PIPELINES_DATA_DIR"
+        else:
+            where = "the checkout's data dir" if CHECKOUT_DIR else "the current directory's data dir"
+        raise NoDeploymentError(
+            f"no deployment at {self.data_dir.resolve()} ({where}): create one with `make run` (the demo) or "
+            "`pipelines-dagster db upgrade`, or set PIPELINES_DATA_DIR (or PIPELINES_DATABASE_URL) to an existing one"
+        )
 
     @cached_property
     def s3_location(self) -> tuple[str, str] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,47 @@ def test_demo_names_a_busy_port(demo_env):
         )
     assert done.returncode != 0
     assert "--site-port" in done.stderr and "Traceback" not in done.stderr
+
+
+def kb_documents(data_dir: Path) -> dict[str, int]:
+    """Ready KB documents per pipeline name, read from the demo's app database."""
+    with sqlite3.connect(data_dir / "app.sqlite3") as db:
+        rows = db.execute(
+            "SELECT p.name, count(*) FROM documents d JOIN pipelines p ON p.id = d.pipeline_id"
+            " WHERE d.status_state = 'ready' GROUP BY p.name"
+        ).fetchall()
+    return dict(rows)
+
+
+def connector_urls(data_dir: Path, pipeline_id: int) -> list[str]:
+    with sqlite3.connect(data_dir / "app.sqlite3") as db:
+        [(config,)] = db.execute(
+            "SELECT c.config FROM connectors c JOIN pipelines p ON p.connector_id = c.id WHERE p.id = ?",
+            (pipeline_id,),
+        ).fetchall()
+    return json.loads(config)["INITIAL_URLS"]
+
+
+def test_a_demo_on_another_port_leaves_the_demo_pipeline_alone_and_no_demo_duplicates_documents(demo_env, tmp_path):
+    data = Path(demo_env["PIPELINES_DATA_DIR"])
+    port, other_port = free_port(), free_port()
+    first = run_demo(demo_env, port)
+    pages = first["documents"]
+    urls = connector_urls(data, first["pipeline_id"])
+    assert pages >= 30 and all(url.startswith(f"http://127.0.0.1:{port}/") for url in urls)
+    again = run_demo(demo_env, port)
+    assert again["pipeline_id"] == first["pipeline_id"] and again["documents_created"] == 0
+    assert kb_documents(data) == {demo_name(port): pages}
+
+    elsewhere = run_demo(demo_env, other_port)
+    assert elsewhere["pipeline_id"] != first["pipeline_id"] and elsewhere["documents"] == pages
+    # The first demo's pipeline still crawls its own port, and neither pipeline holds the other's pages.
+    assert connector_urls(data, first["pipeline_id"]) == urls
+    assert kb_documents(data) == {demo_name(port): pages, demo_name(other_port): pages}
+    assert run_demo(demo_env, port)["documents_created"] == 0
+    assert kb_documents(data) == {demo_name(port): pages, demo_name(other_port): pages}
+
+
+def demo_name(port: int) -> str:
+    """The demo pipeline's name over the site on `port` (the default port's is plain)."""
+    return "Northwind docs" if port == 8765 else f"Northwind docs (port {port})"

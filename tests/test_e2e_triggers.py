@@ -32,7 +32,7 @@ from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.core.catalog.templates import TEMPLATES
 from pipelines_dagster.core.catalog.triggers import create_event_trigger, create_webhook_trigger
-from pipelines_dagster.core.catalog.workspaces import create_workspace, issue_api_token
+from pipelines_dagster.core.catalog.workspaces import create_api_token, create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.core.triggers.events import emit_event
@@ -233,7 +233,7 @@ def test_an_event_of_a_subscribed_type_starts_a_run(deployment: Deployment):
         create_event_trigger(
             session, workspace_id=workspace_id, pipeline_id=pipeline_id, event_type="refresh.requested"
         )
-        token = issue_api_token(session, workspace_id)
+        token = create_api_token(session, workspace_id, name=f"e2e-{uuid.uuid4().hex[:8]}").token
     answer = httpx.post(
         f"{deployment.api_url}/workspaces/{workspace_id}/events",
         json={"event_type": "refresh.requested", "payload": {"reason": "stale answer"}},
@@ -333,7 +333,7 @@ def test_fires_due_together_run_as_one_batch_run_with_an_entry_per_pipeline(depl
     assert run.status == dg.DagsterRunStatus.SUCCESS and run.tags["trigger"] == "scheduled"
     for workspace_id, pipeline_id in pipelines:
         with transaction(deployment.sessions) as session:
-            token = issue_api_token(session, workspace_id)
+            token = create_api_token(session, workspace_id, name=f"e2e-{uuid.uuid4().hex[:8]}").token
         answer = httpx.get(
             f"{deployment.api_url}/workspaces/{workspace_id}/pipelines/{pipeline_id}/runs",
             headers={"Authorization": f"Bearer {token}"},

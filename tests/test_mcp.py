@@ -19,7 +19,7 @@ from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.assets.page_changes import page_changes
-from pipelines_dagster.core.catalog.workspaces import issue_api_token
+from pipelines_dagster.core.catalog.workspaces import create_api_token
 from pipelines_dagster.mcp_server import MCP_PATH, TOKEN_ENV
 from tests.assets.conftest import Stack, embedded, web  # noqa: F401  (fixtures)
 from tests.support.dagster_dev import BIN, REPO_DIR
@@ -41,7 +41,7 @@ def two_workspaces(embedded: Stack) -> dict[str, tuple[int, int, str]]:
     for pipeline_id, workspace_id in ((docs, ours), (their_pipeline, theirs), (docs, ours)):
         assert embedded.run(pipeline_id, workspace_id, assets=assets).success
     with transaction(embedded.sessions) as session:
-        tokens = {ours: issue_api_token(session, ours), theirs: issue_api_token(session, theirs)}
+        tokens = {ws: create_api_token(session, ws, name="mcp").token for ws in (ours, theirs)}
     return {"ours": (ours, docs, tokens[ours]), "theirs": (theirs, their_pipeline, tokens[theirs])}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines_dagster.resources.deployment import build_resources
-from pipelines_dagster.settings import SettingsError, load_settings
+from pipelines_dagster.settings import CHECKOUT_DIR, SettingsError, load_settings
 
 VARIABLES = [
     "PIPELINES_DATA_DIR",
@@ -28,8 +28,10 @@ def clean_env(monkeypatch, tmp_path):
 
 
 def test_embedded_defaults_need_no_servers(tmp_path):
+    # The checkout's data dir, not the current directory's (clean_env runs the test in tmp_path).
     settings = load_settings()
-    data = (tmp_path / ".pipelines-data").resolve()
+    assert CHECKOUT_DIR is not None
+    data = (CHECKOUT_DIR / ".pipelines-data").resolve()
     assert settings.resolved_database_url == f"sqlite:///{data / 'app.sqlite3'}"
     assert settings.blob_dir == data / "blobs" and settings.s3_location is None
     assert settings.locks == "database"

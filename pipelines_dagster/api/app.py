@@ -21,6 +21,7 @@ from pipelines_dagster.api import (
     notifications,
     pipelines,
     runs,
+    tokens,
     triggers,
 )
 from pipelines_dagster.api.deps import ApiServices
@@ -152,6 +153,7 @@ def create_app(
         triggers.router,
         triggers.webhooks,
         notifications.router,
+        tokens.router,
     ):
         app.include_router(router)
     return app

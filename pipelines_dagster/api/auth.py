@@ -14,7 +14,8 @@ from pipelines_dagster.core.validation import MAX_ID
 
 bearer = HTTPBearer(
     auto_error=False,
-    description="A workspace API token, as printed once by `pipelines-dagster workspace create`.",
+    description="A workspace API token, as printed once by `pipelines-dagster workspace create` or "
+    "`pipelines-dagster token create`.",
 )
 
 

@@ -171,12 +171,24 @@ class Workspace(Base):
 
 
 class ApiToken(Base):
-    """A workspace API token; only its SHA-256 is stored (tokens are 256-bit random)."""
+    """A workspace API token; only its SHA-256 is stored (tokens are 256-bit random). A workspace has several,
+    told apart by name: unique among its live ones, so a revoked token's name can be given to its successor."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = (
+        sa.Index(
+            "uq_api_tokens_live_name",
+            "workspace_id",
+            "name",
+            unique=True,
+            sqlite_where=sa.text("revoked_at IS NULL"),
+            postgresql_where=sa.text("revoked_at IS NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     workspace_id: Mapped[int] = _workspace_fk()
+    name: Mapped[str] = mapped_column(StorableString(100))
     token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
     prefix: Mapped[str] = mapped_column(sa.String(16))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

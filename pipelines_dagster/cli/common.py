@@ -108,7 +108,10 @@ def emit(as_json: bool, shown: BaseModel, text: str) -> None:
 
 
 def open_engine(settings: Settings, *, migrated: bool = True) -> sa.Engine:
-    """The app database's engine; `migrated=False` for the commands that migrate it themselves."""
+    """The app database's engine; `migrated=False` for the commands that migrate it themselves (and may create
+    the deployment)."""
+    if migrated:
+        settings.require_deployment()
     return current_engine(settings.resolved_database_url) if migrated else create_engine(settings.resolved_database_url)
 
 

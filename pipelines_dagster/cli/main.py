@@ -21,6 +21,7 @@ COMMANDS = {
     "pipeline": "pipeline:pipeline",
     "runs": "runs:runs",
     "templates": "workspace:templates",
+    "token": "token:token",
     "trigger": "trigger:trigger",
     "workspace": "workspace:workspace",
 }

@@ -8,18 +8,23 @@ from pipelines_dagster import mcp_server
 from pipelines_dagster.cli.common import open_sessions, user_errors
 from pipelines_dagster.settings import load_settings
 
+# Each server's default port is its own, so any two run side by side as they come.
+API_PORT = 8000
+MCP_HTTP_PORT = 8100
+
 
 @click.command("api")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option("--port", default=API_PORT, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
 @user_errors
 def api(host: str, port: int) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs) with uvicorn."""
+    settings = load_settings()
+    settings.require_deployment()
     # Imported on use: the web stack and Dagster, which the app loads, serve this command only.
     from pipelines_dagster.api.app import create_app
     from pipelines_dagster.edge.server import serve
 
-    settings = load_settings()
     serve(create_app(settings=settings), host=host, port=port, settings=settings)
 
 
@@ -41,7 +46,11 @@ def api(host: str, port: int) -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address to listen on.")
 @click.option(
-    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="With --http: the port to listen on."
+    "--port",
+    default=MCP_HTTP_PORT,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="With --http: the port to listen on (off the other defaults: 3000 the UI, 8000 the API, 8765 the demo site).",
 )
 @user_errors
 def mcp(token: str | None, over_http: bool, host: str, port: int) -> None:
@@ -59,5 +68,5 @@ def mcp(token: str | None, over_http: bool, host: str, port: int) -> None:
     if over_http:
         mcp_server.serve_http(tools, settings, host=host, port=port, only_workspace=token_workspace_id)
     else:
-        assert token is not None and token_workspace_id is not None  # required without --http, above
-        mcp_server.serve_stdio(tools, token, workspace_id=token_workspace_id)
+        assert token is not None  # required without --http, above
+        mcp_server.serve_stdio(tools, token)

@@ -13,9 +13,10 @@ from pipelines_dagster.api.schemas.templates import (
     TemplateOut,
     WorkspaceSeedOut,
 )
-from pipelines_dagster.api.schemas.workspaces import NewWorkspaceOut
+from pipelines_dagster.api.schemas.workspaces import NewWorkspaceOut, WorkspaceList, WorkspaceOut
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.cli.common import ID, emit, json_option, open_sessions, user_errors
+from pipelines_dagster.cli.common import ID, emit, json_option, open_sessions, plural, user_errors
+from pipelines_dagster.core.catalog import workspaces
 from pipelines_dagster.core.catalog.templates import TEMPLATES
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import load_settings
@@ -45,8 +46,42 @@ def workspace_create(name: str, owner: str, as_json: bool) -> None:
         as_json,
         shown,
         f"workspace {shown.id} created, with the built-in pipeline templates (disabled; "
-        f"`pipelines-dagster templates list`)\nAPI token (shown once, store it now): {shown.api_token}",
+        f"`pipelines-dagster templates list`)\nAPI token {shown.token.name!r} (shown once, store it now): "
+        f"{shown.api_token}\nanother one, any time: pipelines-dagster token create --workspace {shown.id} --name NAME",
     )
+
+
+def _workspace_line(shown: WorkspaceOut) -> str:
+    return f"{shown.id}\t{shown.name}\towner {shown.owner}\t{plural(shown.live_tokens, 'live token')}"
+
+
+@workspace.command("list")
+@json_option
+@user_errors
+def workspace_list(as_json: bool) -> None:
+    """Every workspace of the deployment: id, name, owner and how many live API tokens it has."""
+    with open_sessions(load_settings())() as session:
+        rows = workspaces.list_workspaces(session)
+        counts = workspaces.live_token_counts(session, [row.id for row in rows])
+        shown = WorkspaceList(workspaces=[WorkspaceOut.of(row, live_tokens=counts.get(row.id, 0)) for row in rows])
+    emit(
+        as_json,
+        shown,
+        "\n".join(map(_workspace_line, shown.workspaces))
+        or "no workspaces yet; `pipelines-dagster workspace create --name NAME --owner USER` makes one",
+    )
+
+
+@workspace.command("show")
+@click.argument("workspace_id", type=ID)
+@json_option
+@user_errors
+def workspace_show(workspace_id: int, as_json: bool) -> None:
+    """One workspace: id, name, owner, created, live API tokens (`token list` names them)."""
+    with open_sessions(load_settings())() as session:
+        row = workspaces.get_workspace(session, workspace_id)
+        shown = WorkspaceOut.of(row, live_tokens=workspaces.live_token_counts(session, [row.id]).get(row.id, 0))
+    emit(as_json, shown, f"{_workspace_line(shown)}\tcreated {shown.created_at.isoformat()}")
 
 
 @click.group()

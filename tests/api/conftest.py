@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from pipelines_dagster.api.app import create_app
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.core.catalog.connectors import create_connector
-from pipelines_dagster.core.catalog.workspaces import create_workspace, issue_api_token
+from pipelines_dagster.core.catalog.workspaces import create_api_token, create_workspace
 from pipelines_dagster.launch import GraphQLLauncher, Launcher
 from pipelines_dagster.resources.blob_store import S3BlobStoreResource
 from pipelines_dagster.settings import Settings, load_settings
@@ -241,7 +242,7 @@ def new_tenant(
 
 def issue_token(sessions: sessionmaker[Session], workspace_id: int) -> str:
     with transaction(sessions) as session:
-        return issue_api_token(session, workspace_id)
+        return create_api_token(session, workspace_id, name=f"test-{uuid.uuid4().hex[:8]}").token
 
 
 def tenants_of(

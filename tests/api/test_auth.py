@@ -33,6 +33,7 @@ def every_route(client, workspace_id: int) -> list[tuple[str, str]]:
         "endpoint_id": 1,
         "delivery_id": 1,
         "document_id": 1,
+        "token_id": 1,
     }
     return [(label.split(" ")[0], label.split(" ")[1].format(**values)) for label in sorted(declared)]
 

@@ -225,7 +225,9 @@ def test_deleting_a_workspace_leaves_nothing_behind(sessions, pipeline):
         session.add(Folder(workspace_id=ws, parent_id=folder.id, name="Sub"))
         trigger = PipelineTrigger(workspace_id=ws, pipeline_id=pipeline.id, kind="webhook")
         account = CreditAccount(workspace_id=ws, owner_user_id="user-1", balance_micros=5)
-        session.add_all([trigger, account, ApiToken(workspace_id=ws, token_hash=uuid.uuid4().hex, prefix="pdk_")])
+        session.add_all(
+            [trigger, account, ApiToken(workspace_id=ws, name="default", token_hash=uuid.uuid4().hex, prefix="pdk_")]
+        )
         session.flush()
         entry = CreditLedgerEntry(
             account_id=account.id, kind="grant", delta_micros=5, idempotency_key=f"g-{uuid.uuid4()}"

@@ -81,8 +81,8 @@ def update_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, body: Pi
     schedule gets a new next fire time.
     """
     with transaction(api.sessions) as session:
-        pipeline = catalog.update_pipeline(
-            session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=body.changes()
+        pipeline = services.update_pipeline(
+            session, api.instance, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=body.changes()
         )
         return _read(session, pipeline)
 

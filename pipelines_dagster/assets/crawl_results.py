@@ -35,7 +35,7 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.runs import CONTRACT_TAGS, CRAWL_RESULTS_ASSET, missing_run_tags, origin_of
+from pipelines_dagster.runs import CONTRACT_TAGS, CRAWL_RESULTS_ASSET, PIPELINE_NAME_TAG, missing_run_tags, origin_of
 
 
 class CrawlAttemptFailed(Exception):
@@ -183,7 +183,9 @@ class Crawled:
 
 def _tag_the_run(instance: dg.DagsterInstance, run: dg.DagsterRun, pipeline: Pipeline) -> None:
     """Give a run launched from the Dagster UI the run contract's tags, which history and triggers read."""
-    missing = missing_run_tags(run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id)
+    missing = missing_run_tags(
+        run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id, pipeline_name=pipeline.name
+    )
     if missing:
         instance.add_run_tags(run.run_id, missing)
 
@@ -237,7 +239,7 @@ def crawl_partition(
     attempt_of = (run.run_id, partition_key)
     pipeline_id = partition_pipeline_id(partition_key)
     # Our own launchers set every contract tag: no tagging on their runs.
-    untagged = tag_run and not all(tag in run.tags for tag in CONTRACT_TAGS)
+    untagged = tag_run and not all(tag in run.tags for tag in (*CONTRACT_TAGS, PIPELINE_NAME_TAG))
     try:
         pipeline, plan = _load(app_db, pipeline_id, tag=partial(_tag_the_run, instance, run) if untagged else None)
     except RunRefused as exc:
@@ -294,6 +296,7 @@ def crawl_partition(
             )
         crawl = CrawlMetadata(
             pipeline_id=plan.pipeline_id,
+            pipeline_name=pipeline.name,
             workspace_id=plan.workspace_id,
             urls_attempted=report.attempted,
             urls_succeeded=report.succeeded,

@@ -121,12 +121,8 @@ def owner_state(instance: dg.DagsterInstance, run_id: str) -> OwnerState:
     return OwnerState.ENDED if run.is_finished else OwnerState.RUNNING
 
 
-def _failed_urls_table(report: CrawlReport) -> str:
-    rows = [f"| {url} | {reason.replace('|', '/')} |" for url, reason in report.failed_urls]
-    return "\n".join(["| URL | reason |", "|---|---|", *rows]) if rows else "none"
-
-
-def _failed_urls_records(report: CrawlReport) -> dg.TableMetadataValue:
+def _failed_urls_table(report: CrawlReport) -> dg.TableMetadataValue:
+    """The crawl's failed URLs (the first few) with their reasons, listed once: a table the UI renders."""
     return dg.MetadataValue.table(
         records=[dg.TableRecord({"url": url, "reason": reason}) for url, reason in report.failed_urls],
         schema=dg.TableSchema(columns=[dg.TableColumn("url"), dg.TableColumn("reason")]),
@@ -330,10 +326,9 @@ def crawl_partition(
             rate_limited_by=describe_limits(report.limits),
         )
         metadata = crawl.to_metadata()
-        metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))
+        metadata["failed_urls"] = _failed_urls_table(report)
         # Dagster's own row count (the UI shows it with the asset): the blob holds a row per URL attempted.
         metadata["dagster/row_count"] = report.attempted
-        metadata["failed_urls_table"] = _failed_urls_records(report)
         with app_db.sessions() as session:
             origin = origin_of(trigger_tags)
             payload = trigger_payload(session, delivery_id=origin.delivery_id, event_id=origin.event_id)

@@ -17,6 +17,8 @@ from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, succes
 from pipelines_dagster.runs import CRAWL_RESULTS_ASSET
 
 CRAWL_RESULTS = dg.AssetKey(CRAWL_RESULTS_ASSET)
+IDS = frozenset({"pipeline_id", "workspace_id"})
+"""Metadata that names a row: written as text (Dagster plots numbers), read back as ints."""
 
 T = TypeVar("T")
 
@@ -24,6 +26,8 @@ T = TypeVar("T")
 @dataclass(frozen=True, kw_only=True)
 class CrawlMetadata:
     pipeline_id: int | None = None
+    pipeline_name: str | None = None
+    """The pipeline's name when it crawled: what the UI shows beside the partition key (the id)."""
     workspace_id: int | None = None
     urls_attempted: int | None = None
     urls_succeeded: int | None = None
@@ -81,7 +85,10 @@ class CrawlMetadata:
         for name, value in asdict(self).items():
             if value is None:
                 continue
-            if name == "blob_url":
+            if name in IDS:
+                # Text, not a number: Dagster plots numeric metadata, and an id is no quantity.
+                value = dg.MetadataValue.text(str(value))
+            elif name == "blob_url":
                 value = dg.MetadataValue.url(value)
             elif name == "started_at":
                 value = dg.MetadataValue.timestamp(value)
@@ -153,6 +160,10 @@ def _read(cls: type[T], metadata: Mapping[str, dg.MetadataValue | Any]) -> T:
     values: dict[str, Any] = {
         key: value.value if isinstance(value, dg.MetadataValue) else value for key, value in metadata.items()
     }
+    for key in IDS & values.keys():
+        # Text since ids stopped being plotted; an int in what older releases wrote.
+        if isinstance(values[key], str) and values[key].isascii() and values[key].isdigit():
+            values[key] = int(values[key])
     return cls(
         **{
             field.name: values[field.name]

@@ -91,8 +91,9 @@ class LaunchFailedError(RuntimeError):
 
 
 class Launcher(Protocol):
-    def __call__(self, *, workspace_id: int, pipeline_id: int) -> str:
-        """Launch the pipeline's `pipeline_run` for its partition with the manual trigger; return the run id."""
+    def __call__(self, *, workspace_id: int, pipeline_id: int, pipeline_name: str | None = None) -> str:
+        """Launch the pipeline's `pipeline_run` for its partition with the manual trigger (and its name in
+        its tags); return the run id."""
         ...
 
     def busy_run(self, pipeline_id: int) -> BusyRun | None:
@@ -108,9 +109,11 @@ class GraphQLLauncher:
         self.url = (url or load_settings().launch_url).rstrip("/")
         self._timeout = timeout
 
-    def __call__(self, *, workspace_id: int, pipeline_id: int) -> str:
+    def __call__(self, *, workspace_id: int, pipeline_id: int, pipeline_name: str | None = None) -> str:
         tags = {
-            **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=Trigger.MANUAL),
+            **run_tags(
+                pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=Trigger.MANUAL, pipeline_name=pipeline_name
+            ),
             PARTITION_TAG: partition_key(pipeline_id),
         }
         params: dict[str, Any] = {
@@ -201,7 +204,7 @@ def launch_pipeline_run(
     so no run is created.
     """
     with sessions() as session:
-        get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        name = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id).name
         plan_manual_run(session, pipeline_id)
     launch = launcher or GraphQLLauncher()
     if (busy := launch.busy_run(pipeline_id)) is not None:
@@ -209,4 +212,4 @@ def launch_pipeline_run(
     # A pipeline disabled between this check and the run start is still refused, by crawl_results itself;
     # a manual trigger switched off meanwhile is not (the crawl step cannot tell this launch from the UI's).
     # A run started for it meanwhile queues this one behind it, or this one waits for its locks.
-    return launch(workspace_id=workspace_id, pipeline_id=pipeline_id)
+    return launch(workspace_id=workspace_id, pipeline_id=pipeline_id, pipeline_name=name)

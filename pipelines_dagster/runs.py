@@ -90,6 +90,11 @@ PIPELINE_TAG = "pipeline_id"
 WORKSPACE_TAG = "workspace_id"
 TRIGGER_TAG = "trigger"
 CONTRACT_TAGS = (PIPELINE_TAG, WORKSPACE_TAG, TRIGGER_TAG)
+# The pipeline's name as it was when the run started, for the people reading the run list: never read back
+# (a rename does not follow it; history reads the pipeline's name from the catalog).
+PIPELINE_NAME_TAG = "pipeline_name"
+# Dagster refuses longer tag values; a pipeline's name is at most 200 characters, so this is a guard.
+MAX_TAG_VALUE = 255
 # Dagster's own: the partition (= pipeline id) of a partitioned run, and the backfill a run belongs to.
 PARTITION_TAG = "dagster/partition"
 BACKFILL_TAG = "dagster/backfill"
@@ -114,14 +119,32 @@ PIPELINES_SHOWN = 5
 BUSY_STATUSES = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
 
 
-def run_tags(*, pipeline_id: int, workspace_id: int, trigger: str, **extras: str) -> dict[str, str]:
+def run_tags(
+    *, pipeline_id: int, workspace_id: int, trigger: str, pipeline_name: str | None = None, **extras: str
+) -> dict[str, str]:
     """The tags of a run of one pipeline; `extras` are what fired it (see the *_tags functions)."""
     return {
         PIPELINE_TAG: partition_key(pipeline_id),
         WORKSPACE_TAG: str(workspace_id),
         TRIGGER_TAG: checked_trigger(trigger).value,
+        **({} if pipeline_name is None else name_tags(pipeline_name)),
         **extras,
     }
+
+
+def name_tags(pipeline_name: str) -> dict[str, str]:
+    return {PIPELINE_NAME_TAG: pipeline_name[:MAX_TAG_VALUE]}
+
+
+def named_pipelines(pipeline_ids: Iterable[int], names: Mapping[int, str]) -> str:
+    """Pipelines as a run's tags and logs show them: "7 (Northwind docs), 8 (FAQ)", the first few, "and N more"."""
+    ids = list(pipeline_ids)
+    shown = ", ".join(
+        f"{pipeline_id} ({names[pipeline_id]})" if pipeline_id in names else str(pipeline_id)
+        for pipeline_id in ids[:PIPELINES_SHOWN]
+    )
+    more = len(ids) - PIPELINES_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def webhook_tags(delivery_id: int) -> dict[str, str]:
@@ -136,10 +159,14 @@ def schedule_tags(scheduled_for: datetime) -> dict[str, str]:
     return {SCHEDULED_FOR_TAG: scheduled_for.isoformat()}
 
 
-def missing_run_tags(tags: Mapping[str, str], *, pipeline_id: int, workspace_id: int) -> dict[str, str]:
-    """The contract's tags a run of the pipeline lacks: all of them for a launch from the Dagster UI,
-    which carries only its partition; none for our own launchers. A tag the run has is kept."""
-    contract = run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=UI_TRIGGER)
+def missing_run_tags(
+    tags: Mapping[str, str], *, pipeline_id: int, workspace_id: int, pipeline_name: str
+) -> dict[str, str]:
+    """The contract's tags (and the name) a run of the pipeline lacks: all of them for a launch from the
+    Dagster UI, which carries only its partition; none for our own launchers. A tag the run has is kept."""
+    contract = run_tags(
+        pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=UI_TRIGGER, pipeline_name=pipeline_name
+    )
     return {key: value for key, value in contract.items() if key not in tags}
 
 
@@ -154,16 +181,25 @@ def member_workspace_tag(workspace_id: int) -> str:
 def batch_tags(members: Iterable[tuple[int, int]], *, trigger: str) -> dict[str, str]:
     """The tags of a batch run over (pipeline id, workspace id) pairs."""
     members = list(members)
-    shown = ", ".join(str(pipeline_id) for pipeline_id, _ in members[:PIPELINES_SHOWN])
-    more = len(members) - PIPELINES_SHOWN
     tags = {
         TRIGGER_TAG: checked_trigger(trigger).value,
-        PIPELINES_SUMMARY_TAG: f"{shown} and {more} more" if more > 0 else shown,
+        PIPELINES_SUMMARY_TAG: named_pipelines((pipeline_id for pipeline_id, _ in members), {}),
     }
     for pipeline_id, workspace_id in members:
         tags[member_pipeline_tag(pipeline_id)] = MEMBER
         tags[member_workspace_tag(workspace_id)] = MEMBER
     return tags
+
+
+def with_names(tags: Mapping[str, str], names: Mapping[int, str]) -> dict[str, str]:
+    """A run's tags with its pipelines' names (`names` by id): the name tag of a single pipeline's run, the
+    summary of a batch run."""
+    members = batch_pipeline_ids(tags)
+    if members:
+        return {**tags, PIPELINES_SUMMARY_TAG: named_pipelines(members, names)[:MAX_TAG_VALUE]}
+    pipeline_id = pipeline_id_of(tags)
+    name = names.get(pipeline_id) if pipeline_id is not None else None
+    return {**tags, **name_tags(name)} if name is not None else dict(tags)
 
 
 def batch_pipeline_ids(tags: Mapping[str, str]) -> list[int]:

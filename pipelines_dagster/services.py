@@ -1,13 +1,15 @@
-"""Catalog changes that Dagster must see at once: a pipeline's partition comes and goes with it.
+"""Catalog changes that Dagster must see at once: a pipeline's partition comes and goes with its being runnable.
 
 The CLI and the HTTP API both go through these, inside the caller's transaction; the partition
 is added or removed once that transaction commits, so a failure or a kill before the commit leaves
 no partition without its pipeline. A kill just after the commit leaves Dagster behind the catalog,
-and the partition sync sensor catches up on its next tick.
+and the partition sync sensor catches up on its next tick. Only runnable pipelines (enabled, with a
+connector that has an executor) are partitions: see partitions.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -19,7 +21,21 @@ from pipelines_dagster.app_db.engine import after_commit
 from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.core.catalog import connectors, pipelines, workspaces
 from pipelines_dagster.core.catalog.seeding import SeedReport, seed_templates
-from pipelines_dagster.partitions import add_pipeline_partitions, remove_pipeline_partition
+from pipelines_dagster.partitions import remove_pipeline_partitions, set_pipeline_partitions
+
+
+def follow_pipelines(session: Session, instance: dg.DagsterInstance, pipeline_ids: Iterable[int]) -> None:
+    """Once the transaction commits, the runnable ones of these pipelines have partitions and the others none,
+    as the transaction leaves them."""
+    ids = set(pipeline_ids)
+    if not ids:
+        return
+    session.flush()
+    runnable = pipelines.runnable_pipeline_ids(session, ids)
+    after_commit(
+        session,
+        partial(set_pipeline_partitions, instance, runnable=sorted(runnable), not_runnable=sorted(ids - runnable)),
+    )
 
 
 def create_workspace(
@@ -32,32 +48,46 @@ def create_workspace(
 
 
 def seed_workspace(session: Session, instance: dg.DagsterInstance, workspace_id: int) -> SeedReport:
-    """The built-in templates the workspace lacks, each with its partition."""
+    """The built-in templates the workspace lacks (seeded disabled: partitions once they can run)."""
     report = seed_templates(session, workspace_id)
-    after_commit(session, partial(add_pipeline_partitions, instance, report.created))
+    follow_pipelines(session, instance, report.created)
     return report
 
 
 def create_connector(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Connector:
     connector = connectors.create_connector(session, **fields)
-    system_pipelines = list(session.scalars(sa.select(Pipeline.id).where(Pipeline.connector_id == connector.id)))
-    after_commit(session, partial(add_pipeline_partitions, instance, system_pipelines))
+    system_pipelines = session.scalars(sa.select(Pipeline.id).where(Pipeline.connector_id == connector.id))
+    follow_pipelines(session, instance, system_pipelines)
     return connector
 
 
 def create_pipeline(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Pipeline:
     pipeline = pipelines.create_pipeline(session, **fields)
-    after_commit(session, partial(add_pipeline_partitions, instance, [pipeline.id]))
+    follow_pipelines(session, instance, [pipeline.id])
+    return pipeline
+
+
+def update_pipeline(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Pipeline:
+    """`pipelines.update_pipeline`; the pipeline gains its partition when it becomes runnable (a template
+    given a connector and enabled) and loses it when it stops being so (disabled)."""
+    pipeline = pipelines.update_pipeline(session, **fields)
+    follow_pipelines(session, instance, [pipeline.id])
+    return pipeline
+
+
+def set_pipeline_enabled(session: Session, instance: dg.DagsterInstance, **fields: Any) -> Pipeline:
+    pipeline = pipelines.set_pipeline_enabled(session, **fields)
+    follow_pipelines(session, instance, [pipeline.id])
     return pipeline
 
 
 def delete_pipeline(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, pipeline_id: int) -> None:
     pipelines.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    after_commit(session, partial(remove_pipeline_partition, instance, pipeline_id))
+    after_commit(session, partial(remove_pipeline_partitions, instance, [pipeline_id]))
 
 
 def delete_connector(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, connector_id: int) -> None:
     """A connector with its own periodic indexing pipelines, whose partitions go with them."""
     removed = connectors.delete_connector(session, workspace_id=workspace_id, connector_id=connector_id)
-    for pipeline_id in removed:
-        after_commit(session, partial(remove_pipeline_partition, instance, pipeline_id))
+    if removed:
+        after_commit(session, partial(remove_pipeline_partitions, instance, list(removed)))

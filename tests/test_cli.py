@@ -418,14 +418,18 @@ def test_console_script_runs_against_postgres(postgres_url, tmp_path):
     assert bad.returncode != 0 and "--micros" in bad.stderr
 
 
-def partitions(tmp_path) -> list[str]:
-    """The pipelines' partitions, but the seeded templates' (test_templates.py follows those)."""
+def dagster_partitions(tmp_path) -> list[str]:
+    """The `pipelines` partitions of the CLI's Dagster instance."""
     import dagster as dg
 
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
-        keys = instance.get_dynamic_partitions("pipelines")
+        return list(instance.get_dynamic_partitions("pipelines"))
+
+
+def partitions(tmp_path) -> list[str]:
+    """The pipelines' partitions, but the seeded templates' (test_templates.py follows those)."""
     templates = template_pipelines(tmp_path)
-    return [key for key in keys if key not in templates]
+    return [key for key in dagster_partitions(tmp_path) if key not in templates]
 
 
 def template_pipelines(tmp_path) -> set[str]:
@@ -670,7 +674,9 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
     )
     assert (cleared["folder_id"], cleared["urls"], cleared["schedule"], cleared["enabled"]) == (None, None, None, True)
     assert cleared["disabled_reason"] is None and updated["disabled_reason"].startswith("switched off")
-    changed = {"folder_id", "urls", "schedule", "enabled", "disabled_reason", "updated_at"}
+    # Disabled, it is no partition a Dagster user can pick; enabled, its id is its partition's key.
+    assert (updated["partition_key"], cleared["partition_key"]) == (None, str(made["id"]))
+    changed = {"folder_id", "urls", "schedule", "enabled", "disabled_reason", "updated_at", "partition_key"}
     assert {k: v for k, v in cleared.items() if k not in changed} == {
         k: v for k, v in updated.items() if k not in changed
     }
@@ -841,11 +847,10 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
         "disabled (a built-in template (change_watch)"
         in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
     )
-    # Each template has its partition, as any pipeline.
-    import dagster as dg
-
-    with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
-        assert {str(p["id"]) for p in seeded.values()} <= set(instance.get_dynamic_partitions("pipelines"))
+    # A template cannot run yet (no connector, disabled): it is no partition a Dagster user could pick.
+    assert not set(dagster_partitions(tmp_path)) & {str(p["id"]) for p in seeded.values()}
+    assert all(p["partition_key"] is None for p in seeded.values())
+    assert "no partition (cannot run)" in cli("pipeline", "show", "--workspace", ws, str(watch["id"])).output
 
     triggers = cli.json("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"]))["triggers"]
     [schedule] = [trigger for trigger in triggers if trigger["kind"] == "schedule"]
@@ -869,6 +874,13 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
         "--enable",
     )
     assert (on["connector_id"], on["enabled"], on["disabled_reason"]) == (connector["id"], True, None)
+    # Given a connector and enabled, it joins the partitions, under its id; disabled, it leaves them; back again.
+    assert (on["partition_key"], str(watch["id"]) in dagster_partitions(tmp_path)) == (str(watch["id"]), True)
+    assert f"partition {watch['id']}" in cli("pipeline", "show", "--workspace", ws, str(watch["id"])).output
+    assert cli.json("pipeline", "disable", "--workspace", ws, str(watch["id"]))["partition_key"] is None
+    assert str(watch["id"]) not in dagster_partitions(tmp_path)
+    assert cli.json("pipeline", "enable", "--workspace", ws, str(watch["id"]))["partition_key"] == str(watch["id"])
+    assert str(watch["id"]) in dagster_partitions(tmp_path)
     enabled = cli.json(
         "trigger", "enable", "--workspace", ws, "--pipeline", str(watch["id"]), "--trigger", str(schedule["id"])
     )

@@ -44,7 +44,7 @@ def add_pipeline(stack: Stack, workspace_id: int, urls: list[str], *, name: str,
     """Another pipeline, over its own connector, in an existing workspace."""
     with transaction(stack.sessions) as session:
         connector = create_connector(session, workspace_id=workspace_id, connector_type="webcrawler", urls=urls)
-        return services.create_pipeline(
+        pipeline_id = services.create_pipeline(
             session,
             stack.instance,
             workspace_id=workspace_id,
@@ -53,6 +53,9 @@ def add_pipeline(stack: Stack, workspace_id: int, urls: list[str], *, name: str,
             folder_name="Docs",
             enabled=enabled,
         ).id
+    if not enabled:
+        stack.keep_partition(pipeline_id)
+    return pipeline_id
 
 
 def unlaunched_run(stack: Stack, workspace_id: int, pipeline_id: int, status: dg.DagsterRunStatus) -> dg.DagsterRun:

@@ -81,7 +81,9 @@ def get_pipeline(workspace_id: WorkspaceId, pipeline_id: PipelineId, api: Api) -
 
 def _changed(api: Api, workspace_id: int, pipeline_id: int, changes: PipelineChanges) -> PipelineOut:
     with transaction(api.sessions) as session:
-        pipeline = catalog.update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
+        pipeline = services.update_pipeline(
+            session, api.instance, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes
+        )
         return _read(session, pipeline)
 
 

@@ -35,7 +35,7 @@ from pipelines_dagster.resources.blob_store import BlobStoreResource
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.runs import CONTRACT_TAGS, CRAWL_RESULTS_ASSET, missing_run_tags, origin_of
+from pipelines_dagster.runs import CONTRACT_TAGS, CRAWL_RESULTS_ASSET, PIPELINE_NAME_TAG, missing_run_tags, origin_of
 
 
 class CrawlAttemptFailed(Exception):
@@ -121,12 +121,8 @@ def owner_state(instance: dg.DagsterInstance, run_id: str) -> OwnerState:
     return OwnerState.ENDED if run.is_finished else OwnerState.RUNNING
 
 
-def _failed_urls_table(report: CrawlReport) -> str:
-    rows = [f"| {url} | {reason.replace('|', '/')} |" for url, reason in report.failed_urls]
-    return "\n".join(["| URL | reason |", "|---|---|", *rows]) if rows else "none"
-
-
-def _failed_urls_records(report: CrawlReport) -> dg.TableMetadataValue:
+def _failed_urls_table(report: CrawlReport) -> dg.TableMetadataValue:
+    """The crawl's failed URLs (the first few) with their reasons, listed once: a table the UI renders."""
     return dg.MetadataValue.table(
         records=[dg.TableRecord({"url": url, "reason": reason}) for url, reason in report.failed_urls],
         schema=dg.TableSchema(columns=[dg.TableColumn("url"), dg.TableColumn("reason")]),
@@ -183,7 +179,9 @@ class Crawled:
 
 def _tag_the_run(instance: dg.DagsterInstance, run: dg.DagsterRun, pipeline: Pipeline) -> None:
     """Give a run launched from the Dagster UI the run contract's tags, which history and triggers read."""
-    missing = missing_run_tags(run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id)
+    missing = missing_run_tags(
+        run.tags, pipeline_id=pipeline.id, workspace_id=pipeline.workspace_id, pipeline_name=pipeline.name
+    )
     if missing:
         instance.add_run_tags(run.run_id, missing)
 
@@ -237,7 +235,7 @@ def crawl_partition(
     attempt_of = (run.run_id, partition_key)
     pipeline_id = partition_pipeline_id(partition_key)
     # Our own launchers set every contract tag: no tagging on their runs.
-    untagged = tag_run and not all(tag in run.tags for tag in CONTRACT_TAGS)
+    untagged = tag_run and not all(tag in run.tags for tag in (*CONTRACT_TAGS, PIPELINE_NAME_TAG))
     try:
         pipeline, plan = _load(app_db, pipeline_id, tag=partial(_tag_the_run, instance, run) if untagged else None)
     except RunRefused as exc:
@@ -294,6 +292,7 @@ def crawl_partition(
             )
         crawl = CrawlMetadata(
             pipeline_id=plan.pipeline_id,
+            pipeline_name=pipeline.name,
             workspace_id=plan.workspace_id,
             urls_attempted=report.attempted,
             urls_succeeded=report.succeeded,
@@ -327,10 +326,9 @@ def crawl_partition(
             rate_limited_by=describe_limits(report.limits),
         )
         metadata = crawl.to_metadata()
-        metadata["failed_urls"] = dg.MetadataValue.md(_failed_urls_table(report))
+        metadata["failed_urls"] = _failed_urls_table(report)
         # Dagster's own row count (the UI shows it with the asset): the blob holds a row per URL attempted.
         metadata["dagster/row_count"] = report.attempted
-        metadata["failed_urls_table"] = _failed_urls_records(report)
         with app_db.sessions() as session:
             origin = origin_of(trigger_tags)
             payload = trigger_payload(session, delivery_id=origin.delivery_id, event_id=origin.event_id)

@@ -59,7 +59,9 @@ def index_partition(
         "documents_failed": stats.failed,
         "documents_archived": archived,
         "documents_restored": stats.restored,
-        "folder_id": pipeline.destination_folder_id if pipeline.destination_folder_id is not None else "root",
+        "pipeline_name": pipeline.name,
+        # Text, not a number Dagster would plot.
+        "folder_id": str(pipeline.destination_folder_id) if pipeline.destination_folder_id is not None else "root",
         "source_blob_key": crawl.blob_key,
         "source_crawl_run_id": crawl.run_id,
     }

@@ -55,6 +55,7 @@ def changes_partition(
         ),
     )
     return {
+        "pipeline_name": pipeline.name,
         "pages_new": counts.new,
         "pages_changed": counts.changed,
         "pages_same": counts.same,

@@ -24,8 +24,6 @@ from pipelines_dagster.core.catalog.pipelines import (
     PipelineChanges,
     get_pipeline,
     list_pipelines,
-    set_pipeline_enabled,
-    update_pipeline,
 )
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, schedule_triggers
 from pipelines_dagster.core.catalog.workspaces import get_workspace
@@ -103,7 +101,7 @@ def pipeline_create(
 
 
 def describe(shown: PipelineOut) -> str:
-    """One line per pipeline: id, name, state, schedule."""
+    """One line per pipeline: id, name, state, schedule, and its partition in the Dagster UI."""
     schedule = shown.schedule
     if schedule is None:
         when = "no schedule"
@@ -114,7 +112,8 @@ def describe(shown: PipelineOut) -> str:
         when = f"{every}, next {schedule.next_fire_at.isoformat()}" if schedule.next_fire_at else f"{every}, off"
     state = "enabled" if shown.enabled else f"disabled ({shown.disabled_reason})"
     managed = ", connector's own indexing" if shown.system_managed else ""
-    return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}"
+    partition = f"partition {shown.partition_key}" if shown.partition_key else "no partition (cannot run)"
+    return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}\t{partition}"
 
 
 def read_pipeline(session: Session, pipeline: Pipeline) -> PipelineOut:
@@ -188,10 +187,14 @@ def pipeline_update(
         retry=keep(retry_of(backoff, max_retries, delay_seconds)),
         max_runtime_seconds=None if default_max_runtime else keep(max_runtime_seconds),
     )
-    with transaction(open_sessions(load_settings())) as session:
-        shown = read_pipeline(
-            session, update_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes)
+    from pipelines_dagster import services
+
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        updated = services.update_pipeline(
+            session, dagster_instance(settings), workspace_id=workspace_id, pipeline_id=pipeline_id, changes=changes
         )
+        shown = read_pipeline(session, updated)
     emit(as_json, shown, describe(shown))
 
 
@@ -223,11 +226,14 @@ def pipeline_show(workspace_id: int, pipeline_id: int, as_json: bool) -> None:
 
 def _set_enabled(workspace_id: int, pipeline_id: int, enabled: bool, as_json: bool) -> None:
     """Prints the pipeline as `PUT .../pipelines/{id}` with `enabled` answers."""
-    with transaction(open_sessions(load_settings())) as session:
-        shown = read_pipeline(
-            session,
-            set_pipeline_enabled(session, workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled),
+    from pipelines_dagster import services
+
+    settings = load_settings()
+    with transaction(open_sessions(settings)) as session:
+        switched = services.set_pipeline_enabled(
+            session, dagster_instance(settings), workspace_id=workspace_id, pipeline_id=pipeline_id, enabled=enabled
         )
+        shown = read_pipeline(session, switched)
     emit(as_json, shown, f"pipeline {pipeline_id} {'enabled' if enabled else 'disabled'}")
 
 

@@ -16,11 +16,12 @@ from typing import Any
 import dagster as dg
 from sqlalchemy.orm import Session, sessionmaker
 
+from pipelines_dagster.core.catalog.pipelines import pipeline_names
 from pipelines_dagster.core.triggers.fires import Fire, Runs, Taken
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, partition_key, pipeline_ids_of
+from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, partition_key, pipeline_ids_of, with_names
 
 BUSY = [dg.DagsterRunStatus(name) for name in BUSY_STATUSES]
 # Dagster's tag for the run key a sensor requested a run under (dagster._core.storage.tags.RUN_KEY_TAG).
@@ -78,6 +79,18 @@ def pipeline_run_request(fire: Fire) -> dg.RunRequest:
 
 def a_run_each(fires: Sequence[Fire]) -> list[dg.RunRequest]:
     return [pipeline_run_request(fire) for fire in fires]
+
+
+def named(sessions: sessionmaker[Session], requests: Iterable[dg.RunRequest]) -> list[dg.RunRequest]:
+    """The requests with their pipelines' names in their tags (read in one query), so the Dagster UI's run
+    list says which pipeline each run is for: a name tag, or a batch run's summary with names."""
+    requests = list(requests)
+    ids = {pipeline_id for request in requests for pipeline_id in pipeline_ids_of(request.tags)}
+    if not ids:
+        return requests
+    with sessions() as session:
+        names = pipeline_names(session, ids)
+    return [request.with_replaced_attrs(tags=with_names(request.tags, names)) for request in requests]
 
 
 def trigger_result(
@@ -149,6 +162,6 @@ def trigger_sensor(
             context.log.info(
                 f"{taken.held} {rows} wait for a run of their pipeline to end: a later tick starts their runs"
             )
-        return trigger_result(context, requests(taken.fires), known=known)
+        return trigger_result(context, named(app_db.sessions, requests(taken.fires)), known=known)
 
     return evaluate

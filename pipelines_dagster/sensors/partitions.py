@@ -1,9 +1,10 @@
-"""Keeps the `pipelines` partitions equal to the pipelines table: the safety net behind services.py."""
+"""Keeps the `pipelines` partitions equal to the runnable pipelines: the safety net behind services.py, and what
+brings a deployment from before that rule in line (its templates' and disabled pipelines' partitions go; their
+runs and materializations stay in the instance, and run history reads them by their tags)."""
 
 import dagster as dg
-import sqlalchemy as sa
 
-from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.core.catalog.pipelines import runnable_pipeline_ids
 from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.runs import partition_key
@@ -13,7 +14,9 @@ from pipelines_dagster.runs import partition_key
     name="pipeline_partitions_sync",
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Adds partitions for new pipelines and removes those of deleted ones.",
+    description="Keeps one partition per runnable pipeline (enabled, with a web connector): adds those of "
+    "pipelines that became runnable, removes those of pipelines disabled, left without a connector or deleted. "
+    "A removed partition's runs stay in run history.",
 )
 def pipeline_partitions_sync(context: dg.SensorEvaluationContext, app_db: AppDatabaseResource) -> dg.SensorResult:
     # Partitions first, then rows: a partition is only ever added once its pipeline has committed, so
@@ -21,10 +24,11 @@ def pipeline_partitions_sync(context: dg.SensorEvaluationContext, app_db: AppDat
     # before its commit when partitions came first) and is removed now.
     existing = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     with app_db.sessions() as session:
-        wanted = {partition_key(pipeline_id) for pipeline_id in session.scalars(sa.select(Pipeline.id))}
+        wanted = {partition_key(pipeline_id) for pipeline_id in runnable_pipeline_ids(session)}
     requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if added := sorted(wanted - existing):
         requests.append(pipelines_partitions.build_add_request(added))
     if removed := sorted(existing - wanted):
+        context.log.info(f"removing {len(removed)} partitions of pipelines that cannot run: {removed[:20]}")
         requests.append(pipelines_partitions.build_delete_request(removed))
     return dg.SensorResult(dynamic_partitions_requests=requests)

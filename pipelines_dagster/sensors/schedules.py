@@ -59,7 +59,12 @@ def scheduled_runs(instance: dg.DagsterInstance, fires: Sequence[ScheduledFire])
 def build_schedule_sensor(settings: Settings) -> dg.SensorDefinition:
     return trigger_sensor(
         name="pipeline_schedules",
-        description="Fires the schedule triggers of every pipeline: cron in its timezone, or every N minutes.",
+        description=(
+            "Runs every pipeline's own schedule (cron in its timezone, or every N minutes): pipelines' schedules "
+            "are rows in the app database, not Dagster schedules, so they are not listed under Schedules; this "
+            "one sensor fires them all. See a pipeline's schedule with `pipelines-dagster trigger list "
+            "--workspace W --pipeline P`; its runs carry the tag trigger=scheduled."
+        ),
         interval_seconds=15,
         take=partial(take_due, budget=settings.schedule_budget),
         rows="due triggers",

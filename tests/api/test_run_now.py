@@ -66,11 +66,14 @@ def test_run_now_launches_a_queued_run_on_the_deployment(live, dagster_webserver
     run = dagster_webserver.instance.get_run_by_id(run_id)
     assert run is not None and run.job_name == "pipeline_run"
     assert run.status == dg.DagsterRunStatus.QUEUED
-    assert {key: run.tags[key] for key in ("pipeline_id", "workspace_id", "trigger", PARTITION_TAG)} == {
+    assert {
+        key: run.tags[key] for key in ("pipeline_id", "workspace_id", "trigger", PARTITION_TAG, "pipeline_name")
+    } == {
         "pipeline_id": str(pipeline_id),
         "workspace_id": str(tenant.workspace_id),
         "trigger": "manual",
         PARTITION_TAG: str(pipeline_id),
+        "pipeline_name": "p",
     }
     listed = client.get(f"{tenant.pipelines}/{pipeline_id}/runs", headers=tenant.headers).json()["runs"]
     assert [(r["run_id"], r["status"], r["trigger"]) for r in listed] == [(run_id, "queued", "manual")]

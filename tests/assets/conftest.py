@@ -21,6 +21,7 @@ from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.crawl.site.config import SiteConfig
 from pipelines_dagster.core.storage.blob import BlobStore
+from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.blob_store import LocalBlobStoreResource, S3BlobStoreResource
@@ -87,6 +88,11 @@ class Stack:
 
         return {name: portable(resource) for name, resource in self.resources().items()}
 
+    def keep_partition(self, pipeline_id: int) -> None:
+        """Give a disabled pipeline the partition it had while enabled, as when a run was launched on it just
+        before it was disabled (or by hand on an older instance): the run meets the disabled pipeline."""
+        add_pipeline_partitions(self.instance, [pipeline_id])
+
     def site(self, pages: int, *, prefix: str = "/p") -> list[str]:
         for n in range(pages):
             self.web.route(f"{prefix}{n}", page(f"Page {n}", f"Paragraph about topic {n}.\n\nMore on {n}."))
@@ -120,6 +126,8 @@ class Stack:
                 enabled=enabled,
             )
             ids = workspace.id, pipeline.id
+        if not enabled:
+            self.keep_partition(pipeline.id)
         if credit:
             from pipelines_dagster.core.ledger.billing import Billing
 

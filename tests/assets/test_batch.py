@@ -74,7 +74,12 @@ def test_each_pipeline_of_a_batch_gets_its_own_partitions_checks_and_charge(stac
             {"crawl_results", "kb_documents", "page_changes"} if save_to_kb else {"crawl_results", "page_changes"}
         )
         crawl = assets["crawl_results"]
-        assert (crawl["pipeline_id"], crawl["urls_attempted"], crawl["urls_succeeded"]) == (pipeline_id, pages, pages)
+        assert (crawl["pipeline_id"], crawl["urls_attempted"], crawl["urls_succeeded"]) == (
+            str(pipeline_id),
+            pages,
+            pages,
+        )
+        assert {asset: data["pipeline_name"] for asset, data in assets.items()} == dict.fromkeys(assets, "p")
         assert crawl["blob_key"].endswith(f"/{pipeline_id}/{result.run_id}/result.jsonl")
         assert len(list(stack.blob.read_jsonl(crawl["blob_key"]))) == pages
         assert crawl["charged_micros"] == pages * 1000

@@ -64,7 +64,8 @@ def test_an_unhealthy_crawl_fails_the_blocking_ratio_check_and_its_recorded_verd
     ratio = checks["crawl_success_ratio"]
     assert not ratio.passed and ratio.severity == dg.AssetCheckSeverity.ERROR and ratio.blocking
     assert ratio.description == "1 of 3 URLs succeeded (33%), under the threshold of 80%"
-    assert ratio.metadata["threshold"].value == 0.8
+    # The one threshold, the pipeline's, shown with the check's result.
+    assert ratio.metadata["min_success_ratio"].value == 0.8
     # Blocked: kb_documents and its check did not run on the crawl.
     assert "kb_documents_have_content" not in checks
     # A threshold lowered afterwards does not rewrite the crawl's verdict; the next crawl is judged by it.
@@ -72,7 +73,9 @@ def test_an_unhealthy_crawl_fails_the_blocking_ratio_check_and_its_recorded_verd
         session.get(Pipeline, pipeline_id).config = {"MIN_SUCCESS_RATIO": 0.25}
     again = run_checks(embedded, workspace_id, pipeline_id, only=[crawl_success_ratio], succeeds=False)
     assert not again["crawl_success_ratio"].passed
-    assert run_checks(embedded, workspace_id, pipeline_id)["crawl_success_ratio"].passed
+    judged_anew = run_checks(embedded, workspace_id, pipeline_id)["crawl_success_ratio"]
+    assert judged_anew.passed and judged_anew.metadata["min_success_ratio"].value == 0.25
+    assert judged_anew.description == "1 of 3 URLs succeeded (33%); the threshold is 25%"
 
 
 def test_a_missing_or_corrupt_blob_fails_and_is_left_alone(stack: Stack):

@@ -103,8 +103,8 @@ def test_the_crawl_carries_dagsters_row_count_and_a_table_of_failed_urls(embedde
     crawl = materialization(result, "crawl_results")
 
     assert crawl["dagster/row_count"] == crawl["urls_attempted"] == 4
-    table = crawl["failed_urls_table"]
+    table = crawl["failed_urls"]
     assert [column.name for column in table.schema.columns] == ["url", "reason"]
     assert [(row.data["url"], row.data["reason"]) for row in table.records] == [(urls[-1], "HTTP 404")]
-    # The markdown table stays, for what reads it.
-    assert "/missing" in crawl["failed_urls"]
+    # Listed once: no second copy of the failed URLs in the metadata.
+    assert [key for key in crawl if "failed_url" in key] == ["failed_urls"]

@@ -83,11 +83,19 @@ def test_crawl_results_alone_indexes_and_records_changes_in_its_step_and_charges
     assert [embedded.web.hits(f"/p{n}") for n in range(3)] == [1, 1, 1]
     assert embedded.charges(workspace_id) == (1, 1)
     tags = embedded.instance.get_run_by_id(result.run_id).tags
-    assert (tags["pipeline_id"], tags["workspace_id"], tags["trigger"]) == (
+    assert (tags["pipeline_id"], tags["workspace_id"], tags["trigger"], tags["pipeline_name"]) == (
         str(pipeline_id),
         str(workspace_id),
         "manual",
+        "p",
     )
+    # The name beside the partition key in every materialization; ids as text, which Dagster does not plot.
+    for asset in ("crawl_results", "kb_documents", "page_changes"):
+        assert materialization(result, asset)["pipeline_name"] == "p"
+    crawl = embedded.instance.fetch_materializations(dg.AssetKey("crawl_results"), limit=1).records[0]
+    shown = crawl.asset_materialization.metadata
+    assert isinstance(shown["pipeline_id"], dg.TextMetadataValue) and shown["pipeline_id"].value == str(pipeline_id)
+    assert isinstance(shown["workspace_id"], dg.TextMetadataValue)
 
 
 def test_the_whole_graph_leaves_indexing_and_changes_to_their_own_steps(embedded: Stack):

@@ -34,7 +34,8 @@ def test_kb_run_lands_documents_in_the_destination_folder(stack: Stack):
     assert result.success
     crawl = materialization(result, "crawl_results")
     assert (crawl["urls_attempted"], crawl["urls_succeeded"], crawl["urls_failed"]) == (6, 5, 1)
-    assert "/missing" in crawl["failed_urls"] and "HTTP 404" in crawl["failed_urls"]
+    failed = [(row.data["url"], row.data["reason"]) for row in crawl["failed_urls"].records]
+    assert failed == [(stack.web.url("/missing"), "HTTP 404")]
     kb = materialization(result, "kb_documents")
     assert (kb["documents_created"], kb["documents_failed"]) == (5, 1)
     with stack.sessions() as session:

@@ -197,3 +197,22 @@ def test_page_changes_and_the_chat_tool_follow_the_pages_discovery_finds(embedde
     assert tool(status="removed").split(" • ")[2] == web.url("/b")
     archived = {d.url: d.archived_by_run_id for d in embedded.documents(workspace_id) if d.archived_at is not None}
     assert archived == {web.url("/b"): second.run_id}
+
+
+def test_the_start_url_is_fetched_whatever_the_include_rules_and_discovery_goes_on_from_it(embedded: Stack):
+    # The README's shape: start at the site's root, crawl only /docs/**. The root is outside the include
+    # rules, and is fetched all the same (as Firecrawl and Scrapy do): its links are how /docs/a is found.
+    web = embedded.web
+    web.route("/", linked_page("Home", "/docs/a", "/blog/x"))
+    web.route("/docs/a", linked_page("Doc A", "/docs/b", "/"))
+    web.route("/docs/b", linked_page("Doc B"))
+    web.route("/blog/x", linked_page("Blog"))
+    site = SiteConfig.validated(start_urls=[web.url("/")], include=["/docs/**"])
+    workspace_id, pipeline_id = embedded.pipeline([], site=site)
+    result = embedded.run(pipeline_id, workspace_id)
+    assert result.success
+    crawl = CrawlMetadata.read(materialization(result, "crawl_results"))
+    stored = {record.url.removeprefix(web.base_url) for record in read_crawl(embedded.blob, crawl.blob_key)}
+    assert stored == {"/", "/docs/a", "/docs/b"}
+    assert (crawl.urls_attempted, crawl.crawl_healthy) == (3, True)
+    assert web.hits("/blog/x") == 0 and web.hits("/") == 1

@@ -18,6 +18,7 @@ from dagster._serdes import deserialize_value
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -26,7 +27,11 @@ from pipelines_dagster.resources.app_db import AppDatabaseResource
 def main(order: str, url: str, workspace_id: str, name: str) -> None:
     instance = dg.DagsterInstance.from_ref(deserialize_value(os.environ["KILLED_CREATE_INSTANCE_REF"], InstanceRef))
     with transaction(AppDatabaseResource(url=url).sessions) as session:
-        fields = {"workspace_id": int(workspace_id), "connector_id": None, "name": name}
+        # A web connector: only a pipeline that can run has a partition.
+        connector = create_connector(
+            session, workspace_id=int(workspace_id), connector_type="webcrawler", urls=["https://example.com/"]
+        )
+        fields = {"workspace_id": int(workspace_id), "connector_id": connector.id, "name": name}
         if order == "services":
             services.create_pipeline(session, instance, **fields)
         else:

@@ -17,6 +17,7 @@ from dagster._serdes import serialize_value
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.partitions import PARTITIONS_NAME
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -32,6 +33,15 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 def workspace_id(app_db: AppDatabaseResource) -> int:
     with transaction(app_db.sessions) as session:
         return create_workspace(session, name="acme", owner_user_id="u").workspace.id
+
+
+@pytest.fixture
+def connector_id(app_db: AppDatabaseResource, workspace_id: int) -> int:
+    """A web connector: only a pipeline that can run (enabled, with one) has a partition."""
+    with transaction(app_db.sessions) as session:
+        return create_connector(
+            session, workspace_id=workspace_id, connector_type="webcrawler", urls=["https://example.com/"]
+        ).id
 
 
 def partitions(instance: dg.DagsterInstance) -> set[str]:
@@ -75,14 +85,16 @@ def test_a_partition_left_by_a_creation_killed_before_its_commit_goes_in_one_syn
 
 
 def test_a_pipeline_gets_its_partition_when_it_commits_and_loses_it_when_its_deletion_commits(
-    instance, app_db, workspace_id
+    instance, app_db, workspace_id, connector_id
 ):
     with transaction(app_db.sessions) as session:
-        made = services.create_pipeline(session, instance, workspace_id=workspace_id, connector_id=None, name="made")
+        made = services.create_pipeline(
+            session, instance, workspace_id=workspace_id, connector_id=connector_id, name="made"
+        )
         assert partitions(instance) == set()
     assert partitions(instance) == {str(made.id)}
     with pytest.raises(RuntimeError), transaction(app_db.sessions) as session:
-        services.create_pipeline(session, instance, workspace_id=workspace_id, connector_id=None, name="undone")
+        services.create_pipeline(session, instance, workspace_id=workspace_id, connector_id=connector_id, name="undone")
         raise RuntimeError("the request failed before its commit")
     assert partitions(instance) == {str(made.id)} == pipelines_of(app_db, workspace_id)
     with transaction(app_db.sessions) as session:
@@ -92,17 +104,17 @@ def test_a_pipeline_gets_its_partition_when_it_commits_and_loses_it_when_its_del
 
 
 def test_a_pipeline_committed_between_the_sync_ticks_two_reads_keeps_its_partition(
-    instance, app_db, workspace_id, monkeypatch
+    instance, app_db, workspace_id, connector_id, monkeypatch
 ):
     with transaction(app_db.sessions) as session:
-        services.create_pipeline(session, instance, workspace_id=workspace_id, connector_id=None, name="before")
+        services.create_pipeline(session, instance, workspace_id=workspace_id, connector_id=connector_id, name="before")
     committed: list[int] = []
 
     def a_pipeline_commits() -> None:
         if not committed:
             with transaction(app_db.sessions) as session:
                 made = services.create_pipeline(
-                    session, instance, workspace_id=workspace_id, connector_id=None, name="meanwhile"
+                    session, instance, workspace_id=workspace_id, connector_id=connector_id, name="meanwhile"
                 )
             committed.append(made.id)
 

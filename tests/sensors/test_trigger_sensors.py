@@ -100,6 +100,7 @@ def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, ap
     assert request.run_key.startswith(f"schedule:{trigger_id}:")
     assert request.tags["trigger"] == "scheduled"
     assert request.tags["pipeline_id"] == str(pipeline_id) and request.tags["workspace_id"] == str(workspace_id)
+    assert request.tags["pipeline_name"].startswith("p-")
     assert request.run_key.endswith(request.tags["scheduled_for"])
     added = [key for r in result.dynamic_partitions_requests for key in r.partition_keys]
     assert str(pipeline_id) in added
@@ -162,6 +163,9 @@ def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, a
         assert all(member["scheduled_for"] for member in config)
         assert request.tags["trigger"] == "scheduled" and request.run_key.startswith("schedule-batch:")
         assert request.partition_key is None
+        # The run list's summary names the members: "12 (p-3f2a1c), 13 (p-...)".
+        first = requested_pipelines(request)[0]
+        assert request.tags["pipelines"].startswith(f"{first} (p-")
     for workspace_id, pipeline_id, _ in ours:
         [request] = covering[pipeline_id]
         assert request.tags.get(member_workspace_tag(workspace_id)) == "member" or (

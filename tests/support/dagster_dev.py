@@ -30,6 +30,7 @@ from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.partitions import add_pipeline_partitions
 from tests.api.conftest import _location_loaded, free_port
 from tests.support.processes import stop_group
 from tests.support.web import WebServer, page
@@ -149,6 +150,10 @@ def seed(
             max_runtime_seconds=max_runtime_seconds,
         )
         seeded = Seeded(workspace.id, connector.id, pipeline.id, urls, save_to_kb)
+    if not enabled:
+        # The partition it had while enabled, as a Materialize dialog opened before it was disabled still
+        # offers it: a launch on it meets the disabled pipeline.
+        add_pipeline_partitions(dev.instance, [seeded.pipeline_id])
     Billing(dev.sessions, enabled=True, micros_per_crawl=1000).grant(seeded.workspace_id, 1_000_000)
     return seeded
 

@@ -12,7 +12,7 @@ from pydantic_core import PydanticCustomError
 from pipelines_dagster.api.schemas.common import MAX_URLS, EveryMinutes, Name, RequestBody
 from pipelines_dagster.app_db.models import Pipeline, PipelineTrigger
 from pipelines_dagster.core.catalog.connectors import initial_urls
-from pipelines_dagster.core.catalog.pipelines import PipelineChanges
+from pipelines_dagster.core.catalog.pipelines import PipelineChanges, is_runnable
 from pipelines_dagster.core.catalog.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,
@@ -33,6 +33,7 @@ from pipelines_dagster.core.validation import (
     validate_name,
     validate_urls,
 )
+from pipelines_dagster.runs import partition_key
 
 
 def _timezone(name: str) -> str:
@@ -224,6 +225,10 @@ class PipelineOut(BaseModel):
     max_runtime_seconds: int | None = Field(
         description="How long one run may take before it is stopped and continued; null: the deployment's."
     )
+    partition_key: str | None = Field(
+        description="Its partition of the Dagster assets (crawl_results ...), the key to pick in the Dagster UI's "
+        "Materialize dialog; null while it cannot run (disabled, or no connector)."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -244,6 +249,7 @@ class PipelineOut(BaseModel):
             schedule=None if schedule is None else ScheduleOut.of(schedule),
             retry_policy=RetryPolicyOut.of(RetryPolicy.of(pipeline)),
             max_runtime_seconds=pipeline.max_runtime_seconds,
+            partition_key=partition_key(pipeline.id) if is_runnable(pipeline) else None,
             created_at=pipeline.created_at,
             updated_at=pipeline.updated_at,
         )

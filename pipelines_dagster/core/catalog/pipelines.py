@@ -5,6 +5,7 @@ the call wrote. The CLI and the HTTP API both use these."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -288,3 +289,36 @@ def get_pipeline(session: Session, *, workspace_id: int, pipeline_id: int) -> Pi
 def list_pipelines(session: Session, *, workspace_id: int) -> list[Pipeline]:
     """The workspace's pipelines by id, connectors' own periodic indexing included."""
     return list(session.scalars(sa.select(Pipeline).where(Pipeline.workspace_id == workspace_id).order_by(Pipeline.id)))
+
+
+# Connector types a crawl can run over (the others have no executor yet).
+EXECUTABLE_CONNECTOR_TYPES = (ConnectorType.WEBCRAWLER.value,)
+
+
+def is_runnable(pipeline: Pipeline) -> bool:
+    """A run can be started for it: `runnable_pipeline_ids`' rule, for one row."""
+    connector = pipeline.connector
+    return pipeline.enabled and connector is not None and connector.connector_type in EXECUTABLE_CONNECTOR_TYPES
+
+
+def runnable_pipeline_ids(session: Session, pipeline_ids: Iterable[int] | None = None) -> set[int]:
+    """The pipelines a run can be started for (among `pipeline_ids`, or all): enabled, with a connector of a
+    type that has an executor. Only these are partitions a Dagster user can pick; a template seeded without a
+    connector, or a disabled pipeline, joins them when it is given one and enabled."""
+    query = (
+        sa.select(Pipeline.id)
+        .join(Connector, Connector.id == Pipeline.connector_id)
+        .where(Pipeline.enabled.is_(True), Connector.connector_type.in_(EXECUTABLE_CONNECTOR_TYPES))
+    )
+    if pipeline_ids is not None:
+        query = query.where(Pipeline.id.in_(list(pipeline_ids)))
+    return set(session.scalars(query))
+
+
+def pipeline_names(session: Session, pipeline_ids: Iterable[int]) -> dict[int, str]:
+    """The names of these pipelines (those that exist), by id: one query."""
+    ids = sorted(set(pipeline_ids))
+    if not ids:
+        return {}
+    rows = session.execute(sa.select(Pipeline.id, Pipeline.name).where(Pipeline.id.in_(ids)))
+    return dict(rows.tuples().all())

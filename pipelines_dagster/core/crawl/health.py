@@ -75,7 +75,10 @@ def judge_crawl(
     ratio = succeeded_share(succeeded=succeeded, attempted=attempted)
     problem = None
     if not attempted:
-        problem = "the crawl attempted no URLs"
+        problem = (
+            "no URL attempted: the crawl had nothing to fetch; give its connector URLs (a list crawl) or start "
+            "URLs on the site (a site crawl), and check that robots.txt lets the crawler in"
+        )
     elif start_urls and start_urls_failed >= start_urls:
         problem = (
             "its start URL failed" if start_urls == 1 else f"all {start_urls} of its start URLs failed"

@@ -65,3 +65,9 @@ def test_a_truncated_healthy_crawl_is_incomplete_removes_only_gone_pages_and_doe
 def test_the_threshold_is_the_pipelines_own_or_the_default():
     assert success_threshold({}) == DEFAULT_MIN_SUCCESS_RATIO
     assert success_threshold({"MIN_SUCCESS_RATIO": 0.95}) == 0.95
+
+
+def test_a_crawl_that_attempted_nothing_fails_saying_what_to_fix_whatever_the_threshold():
+    nothing = judge_crawl(attempted=0, succeeded=0, failed=0, threshold=0.0, truncated=False, start_urls=1)
+    assert not nothing.healthy and nothing.why.startswith("no URL attempted")
+    assert "give its connector URLs" in nothing.why and "no URL attempted" in nothing.failure

@@ -123,8 +123,10 @@ class SiteSource(Generic[P]):
         # Pages waiting for their canonical's crawl to end, with their depth, by the canonical's digest.
         self._waiting: dict[int, list[tuple[P, int]]] = {}
         self._waiting_count = 0
+        # The start URLs are fetched whatever the include and exclude patterns say (as Firecrawl and Scrapy
+        # do): the patterns choose which discovered pages are crawled, and discovery starts from these.
         for url in config.start_urls:
-            self._admit(url, 0)
+            self._admit(url, 0, start=True)
 
     @property
     def truncated(self) -> bool:
@@ -304,13 +306,16 @@ class SiteSource(Generic[P]):
             url, drop_query_params=self.config.drop_query_params, drop_all_query=self.config.drop_all_query
         )
 
-    def _admit(self, url: str, depth: int) -> bool:
+    def _admit(self, url: str, depth: int, *, start: bool = False) -> bool:
+        """Queue a URL found `depth` links from a start URL, if it is in scope; a `start` URL only needs to be
+        on the site (include and exclude do not apply to it)."""
         # Most links of a page are links every page has (navigation): one already admitted is in
         # its normalized form, so it is refused before it is normalized again.
         if self._frontier.has(url):
             return False
         normalized = self._normalized(url)
-        if normalized is None or not self.scope.allows(normalized):
+        in_scope = self.scope.on_site if start else self.scope.allows
+        if normalized is None or not in_scope(normalized):
             self.out_of_scope += 1
             return False
         return self._frontier.add(normalized, depth)

@@ -204,3 +204,10 @@ def test_a_page_whose_links_reached_the_cap_is_counted_and_logged(caplog):
     assert [record.getMessage() for record in caplog.records] == [
         f"page {SITE}/ has {MAX_LINKS_PER_PAGE} links or more; only the first {MAX_LINKS_PER_PAGE} are followed"
     ]
+
+
+def test_start_urls_are_handed_out_whatever_include_and_exclude_say():
+    site = {f"{SITE}/": [f"{SITE}/docs/a", f"{SITE}/blog"], f"{SITE}/docs/a": [f"{SITE}/"]}
+    with Frontier(max_pages=100, max_depth=5) as frontier:
+        source = source_for(frontier, include=["/docs/**"], exclude=["/"])
+        assert crawl(source, site) == [f"{SITE}/", f"{SITE}/docs/a"]

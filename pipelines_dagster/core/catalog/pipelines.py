@@ -321,4 +321,4 @@ def pipeline_names(session: Session, pipeline_ids: Iterable[int]) -> dict[int, s
     if not ids:
         return {}
     rows = session.execute(sa.select(Pipeline.id, Pipeline.name).where(Pipeline.id.in_(ids)))
-    return dict(rows.tuples().all())
+    return dict(rows.all())

@@ -850,7 +850,9 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     # A template cannot run yet (no connector, disabled): it is no partition a Dagster user could pick.
     assert not set(dagster_partitions(tmp_path)) & {str(p["id"]) for p in seeded.values()}
     assert all(p["partition_key"] is None for p in seeded.values())
-    assert "no partition (cannot run)" in cli("pipeline", "show", "--workspace", ws, str(watch["id"])).output
+    assert (
+        "no partition (cannot run)" in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
+    )
 
     triggers = cli.json("trigger", "list", "--workspace", ws, "--pipeline", str(watch["id"]))["triggers"]
     [schedule] = [trigger for trigger in triggers if trigger["kind"] == "schedule"]
@@ -876,10 +878,14 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     assert (on["connector_id"], on["enabled"], on["disabled_reason"]) == (connector["id"], True, None)
     # Given a connector and enabled, it joins the partitions, under its id; disabled, it leaves them; back again.
     assert (on["partition_key"], str(watch["id"]) in dagster_partitions(tmp_path)) == (str(watch["id"]), True)
-    assert f"partition {watch['id']}" in cli("pipeline", "show", "--workspace", ws, str(watch["id"])).output
-    assert cli.json("pipeline", "disable", "--workspace", ws, str(watch["id"]))["partition_key"] is None
+    assert (
+        f"partition {watch['id']}" in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
+    )
+    assert cli.json("pipeline", "disable", "--workspace", ws, "--pipeline", str(watch["id"]))["partition_key"] is None
     assert str(watch["id"]) not in dagster_partitions(tmp_path)
-    assert cli.json("pipeline", "enable", "--workspace", ws, str(watch["id"]))["partition_key"] == str(watch["id"])
+    assert cli.json("pipeline", "enable", "--workspace", ws, "--pipeline", str(watch["id"]))["partition_key"] == str(
+        watch["id"]
+    )
     assert str(watch["id"]) in dagster_partitions(tmp_path)
     enabled = cli.json(
         "trigger", "enable", "--workspace", ws, "--pipeline", str(watch["id"]), "--trigger", str(schedule["id"])

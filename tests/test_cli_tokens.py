@@ -26,9 +26,9 @@ def test_workspace_list_and_show_name_each_workspace_with_its_live_tokens(cli, w
         (other["id"], "Globex", "user-2", 1),
     ]
     assert "Globex\towner user-2\t1 live token" in cli("workspace", "list").output
-    shown = WorkspaceOut.model_validate(cli.json("workspace", "show", str(other["id"])))
+    shown = WorkspaceOut.model_validate(cli.json("workspace", "show", "--workspace", str(other["id"])))
     assert (shown.name, shown.live_tokens) == ("Globex", 1)
-    missing = cli("workspace", "show", "999", ok=False)
+    missing = cli("workspace", "show", "--workspace", "999", ok=False)
     assert "workspace 999 does not exist" in missing.output
 
 
@@ -60,11 +60,11 @@ def test_tokens_are_named_shown_once_used_through_the_api_and_refused_once_revok
     pipelines = f"/workspaces/{workspace['id']}/pipelines"
     assert api.get(pipelines, headers={"Authorization": f"Bearer {secret}"}).status_code == 200
     ci_id = str(listed.tokens[1].id)
-    shown = TokenOut.model_validate(cli.json("token", "show", "--workspace", str(workspace["id"]), ci_id))
+    shown = TokenOut.model_validate(cli.json("token", "show", "--workspace", str(workspace["id"]), "--token", ci_id))
     assert shown.name == "ci" and shown.last_used_at is not None and shown.last_used_at >= shown.created_at
-    assert "last used never" not in cli("token", "show", "--workspace", str(workspace["id"]), ci_id).output
+    assert "last used never" not in cli("token", "show", "--workspace", str(workspace["id"]), "--token", ci_id).output
 
-    revoked = cli("token", "revoke", "--workspace", str(workspace["id"]), ci_id).output
+    revoked = cli("token", "revoke", "--workspace", str(workspace["id"]), "--token", ci_id).output
     assert f"token {ci_id} (ci) of workspace {workspace['id']} revoked" in revoked
     answer = api.get(pipelines, headers={"Authorization": f"Bearer {secret}"})
     assert answer.status_code == 401 and "revoked" in answer.json()["detail"]
@@ -86,9 +86,9 @@ def test_bad_token_commands_say_what_to_fix_and_write_nothing(cli, workspace):
     other = cli.json("workspace", "create", "--name", "Globex", "--owner", "user-2")
     [theirs] = cli.json("token", "list", "--workspace", str(other["id"]))["tokens"]
     # Another workspace's token is not found under this one, and revoking it there does nothing.
-    refused = cli("token", "revoke", "--workspace", ws, str(theirs["id"]), ok=False).output
+    refused = cli("token", "revoke", "--workspace", ws, "--token", str(theirs["id"]), ok=False).output
     assert f"workspace {ws} has no token {theirs['id']}" in refused
-    assert cli.json("token", "show", "--workspace", str(other["id"]), str(theirs["id"]))["revoked_at"] is None
+    assert cli.json("token", "show", "--workspace", str(other["id"]), "--token", str(theirs["id"]))["revoked_at"] is None
     with cli.engine().connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM api_tokens")).scalar_one() == 3
 

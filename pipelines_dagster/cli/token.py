@@ -10,7 +10,7 @@ from pipelines_dagster.cli.common import ID, emit, json_option, open_sessions, u
 from pipelines_dagster.core.catalog import workspaces
 from pipelines_dagster.settings import load_settings
 
-token_ref = workspace_ref("token_id")
+token_ref = workspace_ref("token", former_argument=False)
 
 
 def _line(shown: TokenOut) -> str:

@@ -73,7 +73,7 @@ def workspace_list(as_json: bool) -> None:
 
 
 @workspace.command("show")
-@click.argument("workspace_id", type=ID)
+@click.option("--workspace", "workspace_id", required=True, type=ID)
 @json_option
 @user_errors
 def workspace_show(workspace_id: int, as_json: bool) -> None:

@@ -88,7 +88,8 @@ def test_bad_token_commands_say_what_to_fix_and_write_nothing(cli, workspace):
     # Another workspace's token is not found under this one, and revoking it there does nothing.
     refused = cli("token", "revoke", "--workspace", ws, "--token", str(theirs["id"]), ok=False).output
     assert f"workspace {ws} has no token {theirs['id']}" in refused
-    assert cli.json("token", "show", "--workspace", str(other["id"]), "--token", str(theirs["id"]))["revoked_at"] is None
+    theirs_now = cli.json("token", "show", "--workspace", str(other["id"]), "--token", str(theirs["id"]))
+    assert theirs_now["revoked_at"] is None
     with cli.engine().connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM api_tokens")).scalar_one() == 3
 

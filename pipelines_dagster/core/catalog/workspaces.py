@@ -132,7 +132,7 @@ def live_token_counts(session: Session, workspace_ids: list[int]) -> dict[int, i
         .where(ApiToken.workspace_id.in_(workspace_ids), ApiToken.revoked_at.is_(None))
         .group_by(ApiToken.workspace_id)
     )
-    return {workspace_id: count for workspace_id, count in counts}
+    return dict(counts.all())
 
 
 def get_workspace(session: Session, workspace_id: int) -> Workspace:

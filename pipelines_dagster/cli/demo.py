@@ -87,7 +87,7 @@ def _demo(demo_site: Any, settings: Settings, *, once: bool, site_port: int, ui_
             click.echo(f"API token of the demo workspace (shown once): {seeded.api_token}")
         click.echo(f"another API token, any time: {demo_site.new_token_command(seeded.workspace_id)}")
         click.echo(
-            f"Dagster UI: http://127.0.0.1:{ui_port} — Assets → crawl_results → Materialize, "
+            f"Dagster UI: http://127.0.0.1:{ui_port} — Catalog → crawl_results → Materialize…, "
             f"partition {seeded.pipeline_id}"
         )
         allowed = demo_site.with_loopback_allowed(settings).crawler_allowed_networks

@@ -1025,8 +1025,13 @@ class EmbeddedStack:
 
     def warm_up(self) -> None:
         """Pay this process's one-off costs of a first Dagster run (imports, storage set-up) before
-        measuring: a disabled pipeline is refused by the asset's first guard, before any crawl."""
-        self.materialize(*self.pipeline(["http://127.0.0.1:9/"], name="warm-up", enabled=False), log_level="CRITICAL")
+        measuring: a disabled pipeline is refused by the asset's first guard, before any crawl. A disabled
+        pipeline has no partition, so its key is added here, as if it were disabled after a launch was asked."""
+        from pipelines_dagster.partitions import add_pipeline_partitions
+
+        workspace_id, pipeline_id = self.pipeline(["http://127.0.0.1:9/"], name="warm-up", enabled=False)
+        add_pipeline_partitions(self.instance, [pipeline_id])
+        self.materialize(workspace_id, pipeline_id, log_level="CRITICAL")
 
     def resources(self) -> dict[str, Any]:
         from pipelines_dagster.resources.app_db import AppDatabaseResource

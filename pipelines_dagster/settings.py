@@ -140,11 +140,14 @@ class Settings(BaseSettings):
         description="Comma-separated networks the crawler may reach despite the SSRF guard, e.g. 127.0.0.1/32.",
     )
 
-    @field_validator("data_dir", mode="before")
+    @field_validator("data_dir", "api_url", "dagster_url", mode="before")
     @classmethod
-    def _data_dir(cls, value: object) -> object:
-        # Set but empty (`PIPELINES_DATA_DIR=`) is unset: as a path it would be the current directory.
-        return default_data_dir() if value == "" else value
+    def _empty_is_unset(cls, value: object, info: ValidationInfo) -> object:
+        # Set but empty (`PIPELINES_DATA_DIR=`) is unset, so it takes the default: as a path it would be the
+        # current directory, and links always have a base.
+        if value in (None, "") and info.field_name is not None:
+            return cls.model_fields[info.field_name].get_default(call_default_factory=True)
+        return value
 
     @field_validator("database_url")
     @classmethod
@@ -167,14 +170,6 @@ class Settings(BaseSettings):
             parsed = urlparse(value)
             if parsed.scheme != "s3" or not parsed.netloc:
                 raise ValueError("must be a directory path or s3://bucket/prefix")
-        return value
-
-    @field_validator("api_url", "dagster_url", mode="before")
-    @classmethod
-    def _link_base(cls, value: str | None, info: ValidationInfo) -> str | None:
-        # Set but empty is unset: links always have a base.
-        if value in (None, ""):
-            return DEFAULT_API_URL if info.field_name == "api_url" else DEFAULT_DAGSTER_URL
         return value
 
     @field_validator("s3_endpoint_url", "api_url", "dagster_url")

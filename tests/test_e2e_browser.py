@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from tests.conftest import missing
 from tests.support.dagster_dev import BIN, REPO_DIR, Dev, dagster_dev, wait_for
 
 # The system Chromium (.ci/run installs it when absent); the variable points elsewhere only to test the skip.
@@ -27,21 +28,15 @@ RUNS_WITHIN_SECONDS = 180
 UI_TIMEOUT_MS = 60_000
 
 
-def _browser_missing(reason: str) -> None:
-    """Skip locally with the reason; under CI=true, fail: CI installs Chromium (.ci/run)."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI installs it: .ci/run)", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
     if not CHROMIUM.exists():
-        _browser_missing(f"no Chromium at {CHROMIUM}: install it (apt-get install chromium) to run the browser test")
+        # .ci/run installs it, so under CI its absence fails the test.
+        missing(f"no Chromium at {CHROMIUM}: install it (apt-get install chromium) to run the browser test")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _browser_missing("playwright is not installed: make install-dev (the test extra) installs it")
+        missing("playwright is not installed: make install-dev (the test extra) installs it")
     with sync_playwright() as playwright:
         # The system Chromium: Playwright's own browser download is never needed.
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])

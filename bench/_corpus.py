@@ -1009,13 +1009,14 @@ class EmbeddedStack:
     def __enter__(self) -> EmbeddedStack:
         import dagster as dg
 
-        from pipelines_dagster.app_db.engine import create_engine
+        from pipelines_dagster.app_db.engine import create_engine, session_factory
         from pipelines_dagster.app_db.migrate import upgrade
 
         self.dir = Path(self._exit.enter_context(tempfile.TemporaryDirectory(prefix="crawl-bench-")))
         self.engine = create_engine(f"sqlite:///{self.dir / 'app.sqlite3'}")
         self._exit.callback(self.engine.dispose)
         upgrade(self.engine)
+        self.sessions = session_factory(self.engine)
         (self.dir / "dagster").mkdir()
         self.instance = self._exit.enter_context(dg.instance_for_test(temp_dir=str(self.dir / "dagster")))
         return self
@@ -1030,7 +1031,7 @@ class EmbeddedStack:
         from pipelines_dagster.partitions import add_pipeline_partitions
 
         workspace_id, pipeline_id = self.pipeline(["http://127.0.0.1:9/"], name="warm-up", enabled=False)
-        add_pipeline_partitions(self.instance, [pipeline_id])
+        add_pipeline_partitions(self.instance, [partition_of(self.sessions, pipeline_id)])
         self.materialize(workspace_id, pipeline_id, log_level="CRITICAL")
 
     def resources(self) -> dict[str, Any]:
@@ -1058,10 +1059,8 @@ class EmbeddedStack:
     ) -> tuple[int, int]:
         """A workspace with a web connector over `urls` (or discovering `site`, a SiteConfig) and a
         raw-crawl pipeline: (workspace id, pipeline id)."""
-        from pipelines_dagster.app_db.engine import session_factory
-
         return seed_pipeline(
-            session_factory(self.engine), self.instance, urls, name=name, save_to_kb=False, enabled=enabled, site=site
+            self.sessions, self.instance, urls, name=name, save_to_kb=False, enabled=enabled, site=site
         )
 
     def materialize(self, workspace_id: int, pipeline_id: int, *, log_level: str = "WARNING") -> Materialized:
@@ -1074,7 +1073,7 @@ class EmbeddedStack:
         started = time.perf_counter()
         result = dg.materialize(
             [crawl_results],
-            partition_key=str(pipeline_id),
+            partition_key=partition_of(self.sessions, pipeline_id),
             instance=self.instance,
             resources=self.resources(),
             tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
@@ -1093,6 +1092,18 @@ def write_sitemap(root: Path, paths: list[str]) -> None:
     (root / "sitemap.xml").write_text(
         f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'
     )
+
+
+def partition_of(sessions: Any, pipeline_id: int) -> str:
+    """The pipeline's partition key, as the catalog stores it (its id and name, fixed at creation)."""
+    return partitions_of(sessions, [pipeline_id])[pipeline_id]
+
+
+def partitions_of(sessions: Any, pipeline_ids: list[int]) -> dict[int, str]:
+    from pipelines_dagster.core.catalog.pipelines import pipeline_partitions
+
+    with sessions() as session:
+        return pipeline_partitions(session, pipeline_ids)
 
 
 def seed_pipeline(

@@ -47,7 +47,7 @@ from typing import Any
 
 import dagster as dg
 import httpx
-from _corpus import REPO, CorpusServer, EmbeddedHome, KiB, MiB, OtherLoad, served, write_docs_site
+from _corpus import REPO, CorpusServer, EmbeddedHome, KiB, MiB, OtherLoad, partition_of, served, write_docs_site
 
 from pipelines_dagster.core.crawl.extract.page import extract_page
 from pipelines_dagster.core.crawl.record import read_crawl
@@ -132,6 +132,7 @@ class Run:
 def materialize(home: EmbeddedHome, pipeline_id: int, *, server_pid: int, log: Path) -> Run:
     """Run the command a user runs for the pipeline's partition, from process start to exit, and read
     back from the instance what its run did and where the time went."""
+    key = partition_of(home.sessions, pipeline_id)
     command = [
         str(DAGSTER),
         "asset",
@@ -141,7 +142,7 @@ def materialize(home: EmbeddedHome, pipeline_id: int, *, server_pid: int, log: P
         "--select",
         SELECTION,
         "--partition",
-        str(pipeline_id),
+        key,
     ]
     with log.open("ab") as output, OtherLoad(also=(server_pid,)) as load:
         started_at, started = time.time(), time.perf_counter()
@@ -150,9 +151,7 @@ def materialize(home: EmbeddedHome, pipeline_id: int, *, server_pid: int, log: P
 
     instance = home.instance
     records = instance.get_run_records(
-        dg.RunsFilter(
-            tags={"dagster/partition": str(pipeline_id)}, created_after=datetime.fromtimestamp(started_at, tz=UTC)
-        ),
+        dg.RunsFilter(tags={"dagster/partition": key}, created_after=datetime.fromtimestamp(started_at, tz=UTC)),
         limit=1,
     )
     if not records:

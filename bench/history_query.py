@@ -40,7 +40,7 @@ from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run
-from pipelines_dagster.runs import PARTITION_TAG, partition_key, run_tags
+from pipelines_dagster.runs import PARTITION_TAG, run_tags
 
 ADMIN_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 WORKSPACES = 10
@@ -86,8 +86,8 @@ def postgres_instance(home: Path, url: str, *, pooled: bool = False) -> dg.Dagst
     return instance
 
 
-def seed_catalog(sessions, instance: dg.DagsterInstance) -> list[tuple[int, int]]:
-    """(workspace id, pipeline id) of every pipeline, registered as a partition like the API does."""
+def seed_catalog(sessions, instance: dg.DagsterInstance) -> list[tuple[int, int, str]]:
+    """(workspace id, pipeline id, partition key) of every pipeline, registered as a partition like the API does."""
     pipelines = []
     with transaction(sessions) as session:
         for w in range(WORKSPACES):
@@ -107,7 +107,7 @@ def seed_catalog(sessions, instance: dg.DagsterInstance) -> list[tuple[int, int]
                     name=f"Docs {w}.{p}",
                     folder_name="Docs",
                 )
-                pipelines.append((workspace.id, pipeline.id))
+                pipelines.append((workspace.id, pipeline.id, pipeline.partition))
     return pipelines
 
 
@@ -135,9 +135,9 @@ def event(
 
 
 def materialized(
-    run: dg.DagsterRun, timestamp: float, asset: dg.AssetKey, pipeline_id: int, metadata: dict[str, dg.RawMetadataValue]
+    run: dg.DagsterRun, timestamp: float, asset: dg.AssetKey, key: str, metadata: dict[str, dg.RawMetadataValue]
 ) -> dg.EventLogEntry:
-    materialization = dg.AssetMaterialization(asset_key=asset, partition=partition_key(pipeline_id), metadata=metadata)
+    materialization = dg.AssetMaterialization(asset_key=asset, partition=key, metadata=metadata)
     return event(
         run,
         timestamp,
@@ -162,12 +162,17 @@ def refusal(run: dg.DagsterRun, pipeline_id: int) -> JobFailureData:
 
 
 def add_runs(
-    instance: dg.DagsterInstance, pipelines: list[tuple[int, int]], numbers: range, *, start: float, rng: random.Random
+    instance: dg.DagsterInstance,
+    pipelines: list[tuple[int, int, str]],
+    numbers: range,
+    *,
+    start: float,
+    rng: random.Random,
 ) -> None:
     """Runs `numbers` of the timeline: 90% succeed, 6% are refused, 4% are canceled mid-crawl."""
     crawls, documents = [], []
     for number in numbers:
-        workspace_id, pipeline_id = pipelines[number % len(pipelines)]
+        workspace_id, pipeline_id, key = pipelines[number % len(pipelines)]
         created = start + number * RUN_SPACING_SECONDS
         trigger = "scheduled" if number % 7 else "manual"
         run = dg.DagsterRun(
@@ -176,7 +181,7 @@ def add_runs(
             status=dg.DagsterRunStatus.NOT_STARTED,
             tags={
                 **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger),
-                PARTITION_TAG: partition_key(pipeline_id),
+                PARTITION_TAG: key,
             },
         )
         instance.run_storage.add_historical_run(run, datetime.fromtimestamp(created, UTC))
@@ -218,7 +223,7 @@ def add_runs(
                 run,
                 created + 20,
                 crawl_results.key,
-                pipeline_id,
+                key,
                 {
                     **crawl.to_metadata(),
                     "failed_urls": dg.MetadataValue.md("| URL | reason |\n|---|---|"),
@@ -230,7 +235,7 @@ def add_runs(
                 run,
                 created + 25,
                 kb_documents.key,
-                pipeline_id,
+                key,
                 {
                     "documents_created": rng.randint(0, 3),
                     "documents_updated": rng.randint(0, 5),
@@ -295,7 +300,7 @@ def main() -> int:
             sessions = session_factory(engine)
             pipelines = seed_catalog(sessions, writer)
             measured = len(pipelines) // 3
-            workspace_id, pipeline_id = pipelines[measured]
+            workspace_id, pipeline_id, _ = pipelines[measured]
             start = time.time() - sizes[-1] * RUN_SPACING_SECONDS
             results: dict[tuple[str, int], float] = {}
             wrong_pages = []

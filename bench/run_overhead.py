@@ -46,6 +46,7 @@ from _corpus import (
     KiB,
     dagster_dev_parts,
     free_port,
+    partitions_of,
     served_corpus,
     wait_for,
 )
@@ -263,7 +264,7 @@ def measure_batched(deployment: Deployment, workspace_id: int, pipeline_ids: lis
     crawled = deployment.instance.fetch_materializations(
         dg.AssetRecordsFilter(
             asset_key=dg.AssetKey("crawl_results"),
-            asset_partitions=[str(pipeline_id) for pipeline_id in pipeline_ids],
+            asset_partitions=list(partitions_of(deployment.sessions, pipeline_ids).values()),
             after_timestamp=due,
         ),
         limit=count * 2,

@@ -4,14 +4,15 @@ A Dagster run costs about a CPU-second before its first step (a process, imports
 so at thousands of scheduled pipelines the runs, not the crawls, would fill a machine. A batch run
 works through its pipelines one after another with the same code as `pipeline_run`'s steps and
 logs, for each pipeline, its own materializations of crawl_results, kb_documents and page_changes
-(partition = pipeline id) and its own check results. Each pipeline keeps its own charge (keyed by
-run and partition), its own locks (one crawl at a time per pipeline) and its own entry in run
-history. A pipeline that fails is logged as failed (an observation of the asset it failed at,
-with the error) and the batch goes on; the run fails at the end, naming the pipelines that failed.
+(under the pipeline's partition key, which its config names) and its own check results. Each
+pipeline keeps its own charge (keyed by run and pipeline), its own locks (one crawl at a time per
+pipeline) and its own entry in run history. A pipeline that fails is logged as failed (an
+observation of the asset it failed at, with the error) and the batch goes on; the run fails at the
+end, naming the pipelines that failed.
 """
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import dagster as dg
@@ -19,6 +20,7 @@ import pydantic
 
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message
 from pipelines_dagster.assets.crawl_results import crawl_partition, retry_plan
+from pipelines_dagster.core.catalog.pipelines import pipeline_partitions
 from pipelines_dagster.core.triggers.scheduler import ScheduledFire
 from pipelines_dagster.crawl_metadata import CRAWL_RESULTS
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -34,7 +36,7 @@ from pipelines_dagster.runs import (
     Trigger,
     batch_run_key,
     batch_tags,
-    partition_key,
+    partition_of,
 )
 
 T = TypeVar("T")
@@ -43,6 +45,9 @@ T = TypeVar("T")
 class BatchPipeline(dg.Config):
     pipeline_id: int
     workspace_id: int
+    partition_key: str | None = pydantic.Field(
+        default=None, description="The pipeline's partition key; read from the catalog when not given."
+    )
     scheduled_for: str | None = pydantic.Field(default=None, description="The fire time, for scheduled fires.")
 
 
@@ -117,9 +122,13 @@ def run_pipelines(
 ) -> Iterator[Event]:
     resources = {"app_db": app_db, "locks": locks, "billing": billing, "blob_store": blob_store, "crawler": crawler}
     failed: dict[int, list[str]] = {}
+    # The schedule sensor names each member's key; a batch launched by hand may not.
+    unnamed = [pipeline.pipeline_id for pipeline in config.pipelines if pipeline.partition_key is None]
+    with app_db.sessions() as session:
+        keys = pipeline_partitions(session, unnamed)
     for pipeline in config.pipelines:
         steps = PartitionSteps(
-            partition_key(pipeline.pipeline_id),
+            pipeline.partition_key or partition_of(keys, pipeline.pipeline_id),
             app_db=app_db,
             blob_store=blob_store,
             notifications=notifications,
@@ -152,15 +161,16 @@ def pipeline_batch() -> None:
     run_pipelines()
 
 
-def batch_run_request(fires: Sequence[ScheduledFire]) -> dg.RunRequest:
-    """One `pipeline_batch` run for these fires, its members in pipeline order (as its tags list them);
-    the same fires always make the same run key."""
+def batch_run_request(fires: Sequence[ScheduledFire], keys: Mapping[int, str]) -> dg.RunRequest:
+    """One `pipeline_batch` run for these fires, its members in pipeline order (as its tags list them), each
+    with its partition key from `keys`; the same fires always make the same run key."""
     fires = sorted(fires, key=lambda fire: fire.pipeline_id)
     config = PipelineBatchConfig(
         pipelines=[
             BatchPipeline(
                 pipeline_id=fire.pipeline_id,
                 workspace_id=fire.workspace_id,
+                partition_key=partition_of(keys, fire.pipeline_id),
                 scheduled_for=fire.scheduled_for.isoformat(),
             )
             for fire in fires

@@ -28,7 +28,7 @@ from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.catalog.connectors import set_initial_urls
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from pipelines_dagster.resources.deployment import build_resources
-from pipelines_dagster.runs import CRAWL_RESULTS_ASSET, KB_DOCUMENTS_ASSET, Trigger, partition_key, run_tags
+from pipelines_dagster.runs import CRAWL_RESULTS_ASSET, KB_DOCUMENTS_ASSET, Trigger, run_tags
 from pipelines_dagster.settings import DEFAULT_SITE_PORT, Settings, load_settings
 
 SITE_DIR = Path(__file__).resolve().parents[1] / "examples" / "site"
@@ -100,6 +100,7 @@ def demo_pipeline_name(site_port: int) -> str:
 class DemoPipeline:
     workspace_id: int
     pipeline_id: int
+    partition_key: str
     api_token: str | None
     """Set only when this call created the workspace."""
 
@@ -140,7 +141,7 @@ def seed(sessions: sessionmaker[Session], instance: dg.DagsterInstance, *, site_
             # Its own port's URLs: this heals a connector an earlier demo re-pointed to another port.
             connector = session.get_one(Connector, pipeline.connector_id)
             set_initial_urls(connector, urls)
-        return DemoPipeline(workspace.id, pipeline.id, token)
+        return DemoPipeline(workspace.id, pipeline.id, pipeline.partition, token)
 
 
 def with_loopback_allowed(settings: Settings) -> Settings:
@@ -156,7 +157,7 @@ def run_once(
         demo = seed(sessions, instance, site_port=site_port)
         result = dg.materialize(
             [crawl_results, kb_documents],
-            partition_key=partition_key(demo.pipeline_id),
+            partition_key=demo.partition_key,
             instance=instance,
             resources=build_resources(with_loopback_allowed(settings)),
             tags=run_tags(pipeline_id=demo.pipeline_id, workspace_id=demo.workspace_id, trigger=Trigger.MANUAL),
@@ -172,6 +173,7 @@ def run_once(
     summary = {
         "workspace_id": demo.workspace_id,
         "pipeline_id": demo.pipeline_id,
+        "partition_key": demo.partition_key,
         "run_id": result.run_id,
         "urls_attempted": crawl.urls_attempted,
         "urls_succeeded": crawl.urls_succeeded,

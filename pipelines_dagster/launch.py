@@ -28,7 +28,6 @@ from pipelines_dagster.runs import (
     REPOSITORY,
     Trigger,
     member_pipeline_tag,
-    partition_key,
     run_tags,
 )
 from pipelines_dagster.settings import DAGSTER_URL_ENV, load_settings
@@ -91,13 +90,15 @@ class LaunchFailedError(RuntimeError):
 
 
 class Launcher(Protocol):
-    def __call__(self, *, workspace_id: int, pipeline_id: int, pipeline_name: str | None = None) -> str:
-        """Launch the pipeline's `pipeline_run` for its partition with the manual trigger (and its name in
-        its tags); return the run id."""
+    def __call__(
+        self, *, workspace_id: int, pipeline_id: int, partition_key: str, pipeline_name: str | None = None
+    ) -> str:
+        """Launch the pipeline's `pipeline_run` for its partition (`partition_key`) with the manual trigger (and
+        its name in its tags); return the run id."""
         ...
 
-    def busy_run(self, pipeline_id: int) -> BusyRun | None:
-        """A run queued or in progress for the pipeline, if there is one."""
+    def busy_run(self, pipeline_id: int, partition_key: str) -> BusyRun | None:
+        """A run queued or in progress for the pipeline (whose partition is `partition_key`), if there is one."""
         ...
 
 
@@ -109,12 +110,14 @@ class GraphQLLauncher:
         self.url = (url or load_settings().launch_url).rstrip("/")
         self._timeout = timeout
 
-    def __call__(self, *, workspace_id: int, pipeline_id: int, pipeline_name: str | None = None) -> str:
+    def __call__(
+        self, *, workspace_id: int, pipeline_id: int, partition_key: str, pipeline_name: str | None = None
+    ) -> str:
         tags = {
             **run_tags(
                 pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=Trigger.MANUAL, pipeline_name=pipeline_name
             ),
-            PARTITION_TAG: partition_key(pipeline_id),
+            PARTITION_TAG: partition_key,
         }
         params: dict[str, Any] = {
             "selector": {
@@ -127,15 +130,14 @@ class GraphQLLauncher:
         }
         return self._run_id(self._ask(LAUNCH_RUN, {"executionParams": params}, "launchRun"))
 
-    def busy_run(self, pipeline_id: int) -> BusyRun | None:
+    def busy_run(self, pipeline_id: int, partition_key: str) -> BusyRun | None:
         def tag(key: str, value: str) -> list[dict[str, str]]:
             return [{"key": key, "value": value}]
 
-        key = partition_key(pipeline_id)
         variables = {
             "statuses": list(BUSY_STATUSES),
-            "own": tag(PIPELINE_TAG, key),
-            "partition": tag(PARTITION_TAG, key),
+            "own": tag(PIPELINE_TAG, str(pipeline_id)),
+            "partition": tag(PARTITION_TAG, partition_key),
             "member": tag(member_pipeline_tag(pipeline_id), MEMBER),
         }
         answer = self._ask(BUSY_RUNS, variables, "own", "partition", "member")
@@ -204,12 +206,13 @@ def launch_pipeline_run(
     so no run is created.
     """
     with sessions() as session:
-        name = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id).name
+        pipeline = get_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
+        name, key = pipeline.name, pipeline.partition
         plan_manual_run(session, pipeline_id)
     launch = launcher or GraphQLLauncher()
-    if (busy := launch.busy_run(pipeline_id)) is not None:
+    if (busy := launch.busy_run(pipeline_id, key)) is not None:
         raise PipelineBusyError(pipeline_id, busy)
     # A pipeline disabled between this check and the run start is still refused, by crawl_results itself;
     # a manual trigger switched off meanwhile is not (the crawl step cannot tell this launch from the UI's).
     # A run started for it meanwhile queues this one behind it, or this one waits for its locks.
-    return launch(workspace_id=workspace_id, pipeline_id=pipeline_id, pipeline_name=name)
+    return launch(workspace_id=workspace_id, pipeline_id=pipeline_id, partition_key=key, pipeline_name=name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,13 +40,19 @@ FAILED_STEP_METADATA = "failed_step"
 ERROR_METADATA = "error"
 
 
-def partition_key(pipeline_id: int) -> str:
-    """The key of a pipeline's partition of every pipeline asset: its id."""
-    return str(pipeline_id)
+def partition_of(keys: Mapping[int, str], pipeline_id: int) -> str:
+    """The pipeline's partition key in `keys` (read from the catalog); its bare id when `keys` lacks it: a pipeline
+    made before keys carried names, or one deleted since (whose run its own step refuses)."""
+    return keys.get(pipeline_id) or str(pipeline_id)
 
 
 class PartitionKeyError(ValueError):
-    """A partition key that is not a pipeline id."""
+    """A partition key that is not a pipeline's."""
+
+
+# A pipeline's partition key (app_db.models.Pipeline.partition): its id, then (for pipelines made since keys
+# carry names) its name as a slug, `17-northwind-docs`.
+_PARTITION_KEY = re.compile(r"([0-9]+)(?:-[a-z0-9-]*)?")
 
 
 def _is_id(value: str) -> bool:
@@ -54,13 +61,15 @@ def _is_id(value: str) -> bool:
 
 
 def pipeline_id_of_partition(key: str) -> int:
-    """The pipeline whose partition `key` is: `partition_key`'s inverse."""
-    if not _is_id(key):
+    """The pipeline whose partition `key` is: the id it starts with."""
+    match = _PARTITION_KEY.fullmatch(key)
+    if match is None:
         raise PartitionKeyError(
-            f"partition {key!r} is not a pipeline: pipeline partitions are keyed by pipeline id (digits only); "
-            "add partitions by creating pipelines, not by hand"
+            f"partition {key!r} is not a pipeline's: a pipeline's partition key is its id and name "
+            "(`17-northwind-docs`, or the bare id of an older pipeline); add partitions by creating pipelines, "
+            "not by hand"
         )
-    return int(key)
+    return int(match.group(1))
 
 
 class Trigger(enum.StrEnum):
@@ -95,7 +104,7 @@ CONTRACT_TAGS = (PIPELINE_TAG, WORKSPACE_TAG, TRIGGER_TAG)
 PIPELINE_NAME_TAG = "pipeline_name"
 # Dagster refuses longer tag values; a pipeline's name is at most 200 characters, so this is a guard.
 MAX_TAG_VALUE = 255
-# Dagster's own: the partition (= pipeline id) of a partitioned run, and the backfill a run belongs to.
+# Dagster's own: the partition (the pipeline's partition key) of a partitioned run, and the backfill a run belongs to.
 PARTITION_TAG = "dagster/partition"
 BACKFILL_TAG = "dagster/backfill"
 # What fired a run, beside its trigger.
@@ -124,7 +133,7 @@ def run_tags(
 ) -> dict[str, str]:
     """The tags of a run of one pipeline; `extras` are what fired it (see the *_tags functions)."""
     return {
-        PIPELINE_TAG: partition_key(pipeline_id),
+        PIPELINE_TAG: str(pipeline_id),
         WORKSPACE_TAG: str(workspace_id),
         TRIGGER_TAG: checked_trigger(trigger).value,
         **({} if pipeline_name is None else name_tags(pipeline_name)),
@@ -213,8 +222,13 @@ def batch_pipeline_ids(tags: Mapping[str, str]) -> list[int]:
 
 def pipeline_id_of(tags: Mapping[str, str]) -> int | None:
     """The pipeline a single-pipeline run is for: its pipeline_id tag, or the partition of a UI launch or backfill."""
-    value = tags.get(PIPELINE_TAG) or tags.get(PARTITION_TAG)
-    return int(value) if value and _is_id(value) else None
+    value = tags.get(PIPELINE_TAG)
+    if value:
+        return int(value) if _is_id(value) else None
+    try:
+        return pipeline_id_of_partition(tags.get(PARTITION_TAG, ""))
+    except PartitionKeyError:
+        return None
 
 
 def pipeline_ids_of(tags: Mapping[str, str]) -> list[int]:

@@ -31,10 +31,11 @@ def follow_pipelines(session: Session, instance: dg.DagsterInstance, pipeline_id
     if not ids:
         return
     session.flush()
-    runnable = pipelines.runnable_pipeline_ids(session, ids)
+    keys = pipelines.pipeline_partitions(session, ids)
+    runnable = pipelines.runnable_partitions(session, ids)
+    not_runnable = [key for pipeline_id, key in keys.items() if pipeline_id not in runnable]
     after_commit(
-        session,
-        partial(set_pipeline_partitions, instance, runnable=sorted(runnable), not_runnable=sorted(ids - runnable)),
+        session, partial(set_pipeline_partitions, instance, runnable=runnable.values(), not_runnable=not_runnable)
     )
 
 
@@ -82,12 +83,18 @@ def set_pipeline_enabled(session: Session, instance: dg.DagsterInstance, **field
 
 
 def delete_pipeline(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, pipeline_id: int) -> None:
+    keys = pipelines.pipeline_partitions(session, [pipeline_id])
     pipelines.delete_pipeline(session, workspace_id=workspace_id, pipeline_id=pipeline_id)
-    after_commit(session, partial(remove_pipeline_partitions, instance, [pipeline_id]))
+    after_commit(session, partial(remove_pipeline_partitions, instance, list(keys.values())))
 
 
 def delete_connector(session: Session, instance: dg.DagsterInstance, *, workspace_id: int, connector_id: int) -> None:
     """A connector with its own periodic indexing pipelines, whose partitions go with them."""
+    keys = pipelines.pipeline_partitions(
+        session, session.scalars(sa.select(Pipeline.id).where(Pipeline.connector_id == connector_id))
+    )
     removed = connectors.delete_connector(session, workspace_id=workspace_id, connector_id=connector_id)
     if removed:
-        after_commit(session, partial(remove_pipeline_partitions, instance, list(removed)))
+        after_commit(
+            session, partial(remove_pipeline_partitions, instance, [keys[pipeline_id] for pipeline_id in removed])
+        )

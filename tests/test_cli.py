@@ -446,7 +446,7 @@ def template_pipelines(tmp_path) -> set[str]:
 def test_pipeline_partitions_follow_create_and_delete(cli, workspace, connector, tmp_path):
     ws = str(workspace["id"])
     made = cli.json("pipeline", "create", "--workspace", ws, "--connector", str(connector["id"]), "--name", "p")
-    assert partitions(tmp_path) == [str(made["id"])]
+    assert partitions(tmp_path) == [made["partition_key"]] == [f"{made['id']}-p"]
     assert cli.json("pipeline", "delete", "--workspace", ws, "--pipeline", str(made["id"]))["deleted"] is True
     assert partitions(tmp_path) == []
     assert row_counts(cli.engine())["pipelines"] == len(template_pipelines(tmp_path))
@@ -460,7 +460,7 @@ def test_pipeline_commands_refuse_another_workspaces_pipeline(cli, workspace, co
     for command in ("enable", "disable", "delete"):
         result = cli("pipeline", command, "--workspace", str(other["id"]), "--pipeline", str(made["id"]), ok=False)
         assert f"pipeline {made['id']} is not in workspace {other['id']}" in result.output
-    assert partitions(tmp_path) == [str(made["id"])]
+    assert partitions(tmp_path) == [made["partition_key"]]
 
 
 def own_indexing_connector(cli, ws: str) -> tuple[dict, int]:
@@ -479,7 +479,8 @@ def test_dedup_guard_through_the_cli(cli, workspace, tmp_path):
     ws = str(workspace["id"])
     own, own_pipeline = own_indexing_connector(cli, ws)
     assert own["periodic_indexing_enabled"] is True
-    assert partitions(tmp_path) == [str(own_pipeline)]
+    shown = cli.json("pipeline", "show", "--workspace", ws, "--pipeline", str(own_pipeline))
+    assert partitions(tmp_path) == [shown["partition_key"]]
 
     def schedule_enabled() -> bool:
         with cli.engine().connect() as conn:
@@ -674,8 +675,9 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
     )
     assert (cleared["folder_id"], cleared["urls"], cleared["schedule"], cleared["enabled"]) == (None, None, None, True)
     assert cleared["disabled_reason"] is None and updated["disabled_reason"].startswith("switched off")
-    # Disabled, it is no partition a Dagster user can pick; enabled, its id is its partition's key.
-    assert (updated["partition_key"], cleared["partition_key"]) == (None, str(made["id"]))
+    # Disabled, it is no partition a Dagster user can pick; enabled, its key is its id and the name it was created
+    # with: the rename to "docs" left it.
+    assert (updated["partition_key"], cleared["partition_key"]) == (None, f"{made['id']}-p")
     changed = {"folder_id", "urls", "schedule", "enabled", "disabled_reason", "updated_at", "partition_key"}
     assert {k: v for k, v in cleared.items() if k not in changed} == {
         k: v for k, v in updated.items() if k not in changed
@@ -848,7 +850,7 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
         in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
     )
     # A template cannot run yet (no connector, disabled): it is no partition a Dagster user could pick.
-    assert not set(dagster_partitions(tmp_path)) & {str(p["id"]) for p in seeded.values()}
+    assert not {key.split("-")[0] for key in dagster_partitions(tmp_path)} & {str(p["id"]) for p in seeded.values()}
     assert all(p["partition_key"] is None for p in seeded.values())
     assert (
         "no partition (cannot run)" in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
@@ -876,17 +878,15 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
         "--enable",
     )
     assert (on["connector_id"], on["enabled"], on["disabled_reason"]) == (connector["id"], True, None)
-    # Given a connector and enabled, it joins the partitions, under its id; disabled, it leaves them; back again.
-    assert (on["partition_key"], str(watch["id"]) in dagster_partitions(tmp_path)) == (str(watch["id"]), True)
-    assert (
-        f"partition {watch['id']}" in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
-    )
+    # Given a connector and enabled, it joins the partitions, under its id and name; disabled, it leaves them; back
+    # again, under the same key.
+    key = f"{watch['id']}-hourly-change-watch"
+    assert (on["partition_key"], key in dagster_partitions(tmp_path)) == (key, True)
+    assert f"partition {key}" in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(watch["id"])).output
     assert cli.json("pipeline", "disable", "--workspace", ws, "--pipeline", str(watch["id"]))["partition_key"] is None
-    assert str(watch["id"]) not in dagster_partitions(tmp_path)
-    assert cli.json("pipeline", "enable", "--workspace", ws, "--pipeline", str(watch["id"]))["partition_key"] == str(
-        watch["id"]
-    )
-    assert str(watch["id"]) in dagster_partitions(tmp_path)
+    assert key not in dagster_partitions(tmp_path)
+    assert cli.json("pipeline", "enable", "--workspace", ws, "--pipeline", str(watch["id"]))["partition_key"] == key
+    assert key in dagster_partitions(tmp_path)
     enabled = cli.json(
         "trigger", "enable", "--workspace", ws, "--pipeline", str(watch["id"]), "--trigger", str(schedule["id"])
     )

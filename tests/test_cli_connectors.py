@@ -8,7 +8,6 @@ import pytest
 
 from pipelines_dagster.api.schemas.common import DeletedOut
 from pipelines_dagster.partitions import PARTITIONS_NAME
-from pipelines_dagster.runs import partition_key
 from tests.support.db import row_counts
 from tests.test_cli import api, as_model, cli, connector, workspace  # noqa: F401  (fixtures)
 
@@ -113,10 +112,10 @@ def test_delete_takes_the_connectors_own_indexing_and_its_partition_with_it(cli,
     )
     [own] = [p for p in cli.json("pipeline", "list", "--workspace", ws)["pipelines"] if p["system_managed"]]
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
-        assert partition_key(own["id"]) in instance.get_dynamic_partitions(PARTITIONS_NAME)
+        assert own["partition_key"] in instance.get_dynamic_partitions(PARTITIONS_NAME)
     assert cli("connector", "delete", "--workspace", ws, "--connector", str(made["id"])).output == (
         f"connector {made['id']} deleted\n"
     )
     assert own["id"] not in [p["id"] for p in cli.json("pipeline", "list", "--workspace", ws)["pipelines"]]
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
-        assert partition_key(own["id"]) not in instance.get_dynamic_partitions(PARTITIONS_NAME)
+        assert own["partition_key"] not in instance.get_dynamic_partitions(PARTITIONS_NAME)

@@ -55,7 +55,7 @@ def test_new_charges_summed_over_a_history_of_retries_and_re_executions_are_the_
     real = module._failed_urls_table
     monkeypatch.setattr(module, "_failed_urls_table", broken)
     job = code_location_job(embedded, monkeypatch, tmp_path)
-    tags = {"dagster/partition": str(failing), "pipeline_id": str(failing), "workspace_id": str(workspace_id)}
+    tags = {"dagster/partition": embedded.key(failing), "pipeline_id": str(failing), "workspace_id": str(workspace_id)}
     with dg.execute_job(job, embedded.instance, tags=tags) as failed:
         assert not failed.success
         failed_id = failed.run_id

@@ -81,7 +81,7 @@ def launch(dev: Dev, pipeline_id: int, *, job: str = ASSET_JOB, assets: list[str
         "mode": "default",
         "runConfigData": "{}",
         "selector": selector,
-        "executionMetadata": {"tags": _tags({"dagster/partition": str(pipeline_id), **tags})},
+        "executionMetadata": {"tags": _tags({"dagster/partition": dev.key(pipeline_id), **tags})},
     }
     return _run_id(dev.graphql(LAUNCH, executionParams=params)["launchPipelineExecution"])
 
@@ -201,7 +201,7 @@ def test_a_backfill_of_crawl_results_over_two_partitions(dev: Dev):
     kb, raw = seed(dev, "backfillkb"), seed(dev, "backfillraw", save_to_kb=False)
     params = {
         "assetSelection": [{"path": ["crawl_results"]}],
-        "partitionNames": [str(kb.pipeline_id), str(raw.pipeline_id)],
+        "partitionNames": [kb.partition_key, raw.partition_key],
         "fromFailure": False,
         "tags": [],
     }
@@ -214,7 +214,7 @@ def test_a_backfill_of_crawl_results_over_two_partitions(dev: Dev):
 
     by_partition = wait_for("the backfill's two runs", runs, timeout=RUN_WITHIN_SECONDS, every=0.5)
     for seeded in (kb, raw):
-        assert_follows_its_crawl(dev, finished(dev, by_partition[str(seeded.pipeline_id)].run_id), seeded)
+        assert_follows_its_crawl(dev, finished(dev, by_partition[seeded.partition_key].run_id), seeded)
 
 
 def test_a_ui_launch_is_busy_while_queued_or_running_and_the_sensor_frees_its_locks_when_it_dies(dev: Dev):

@@ -28,6 +28,7 @@ from standardwebhooks.webhooks import Webhook
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
+from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec
 from pipelines_dagster.core.catalog.templates import TEMPLATES
@@ -61,6 +62,11 @@ class Deployment:
     @property
     def sessions(self):
         return session_factory(self.engine)
+
+    def key(self, pipeline_id: int) -> str:
+        """The pipeline's partition key, as the catalog stores it."""
+        with self.sessions() as session:
+            return session.get_one(Pipeline, pipeline_id).partition
 
     def runs(self, pipeline_id: int) -> list[dg.DagsterRun]:
         return list(self.instance.get_runs(dg.RunsFilter(tags={"pipeline_id": str(pipeline_id)})))
@@ -198,7 +204,7 @@ def test_a_cron_pipeline_gets_a_scheduled_run_that_succeeds(deployment: Deployme
     _, pipeline_id = deployment.pipeline("cron", cron="* * * * *", timezone="UTC")
     run = deployment.finished_run(pipeline_id, "scheduled", timeout=150)
     assert run.status == dg.DagsterRunStatus.SUCCESS
-    assert run.tags["scheduled_for"] and run.tags["dagster/partition"] == str(pipeline_id)
+    assert run.tags["scheduled_for"] and run.tags["dagster/partition"] == deployment.key(pipeline_id)
 
 
 def test_a_signed_webhook_starts_one_run_and_a_bad_signature_none(deployment: Deployment):
@@ -373,7 +379,7 @@ def test_a_ui_backfill_of_kb_documents_rebuilds_from_blobs_without_crawling(depl
         ledger_before = session.scalar(charges)
     params = {
         "assetSelection": [{"path": ["kb_documents"]}],
-        "partitionNames": [str(pipeline_id) for _, pipeline_id in pipelines],
+        "partitionNames": [deployment.key(pipeline_id) for _, pipeline_id in pipelines],
     }
     answer = httpx.post(
         f"{deployment.ui_url}/graphql", json={"query": BACKFILL, "variables": {"params": params}}, timeout=30
@@ -439,4 +445,4 @@ def test_reseeding_switches_the_retention_schedule_back_on_after_the_ui_stopped_
     assert ours_again["created"] == [] and sorted(ours_again["kept"]) == sorted(ours["created"])
     # Seeded disabled and without a connector, no template is a partition a Dagster user could pick.
     partitions = set(deployment.instance.get_dynamic_partitions("pipelines"))
-    assert not {str(pipeline_id) for pipeline_id in ours["created"]} & partitions
+    assert not {deployment.key(pipeline_id) for pipeline_id in ours["created"]} & partitions

@@ -318,7 +318,7 @@ def test_a_ui_launch_belongs_to_its_partitions_workspace(embedded: Stack):
     # The launchpad adds only the partition to the job's own tags.
     ui_run = dg.materialize(
         [crawl_results, kb_documents],
-        partition_key=str(pipeline_id),
+        partition_key=embedded.key(pipeline_id),
         instance=embedded.instance,
         resources=embedded.resources(),
         tags=pipeline_run.tags,
@@ -441,7 +441,7 @@ def test_a_batch_run_that_died_fails_the_pipelines_it_had_not_finished(embedded:
     real = batch.crawl_partition
 
     def dies_at_the_second(instance, run, partition_key, **kwargs):
-        if partition_key == str(pending):  # as when the run's process is stopped mid-batch
+        if partition_key == embedded.key(pending):  # as when the run's process is stopped mid-batch
             raise DagsterExecutionInterruptedError("the run was terminated")
         return real(instance, run, partition_key, **kwargs)
 

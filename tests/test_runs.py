@@ -77,6 +77,7 @@ def test_a_run_is_for_its_tagged_pipeline_its_partition_or_its_batch_members():
 
     assert pipeline_ids_of(run_tags(pipeline_id=7, workspace_id=3, trigger="manual")) == [7]
     assert pipeline_ids_of({"dagster/partition": "8"}) == [8]
+    assert pipeline_ids_of({"dagster/partition": "8-northwind-docs"}) == [8]
     assert pipeline_ids_of(batch_tags([(3, 1), (17, 2)], trigger="scheduled")) == [3, 17]
     assert pipeline_ids_of({"dagster/partition": "not-a-pipeline"}) == []
     # Digits int() does not read (a partition added by hand in the UI) are no pipeline either, not a crash.
@@ -85,11 +86,26 @@ def test_a_run_is_for_its_tagged_pipeline_its_partition_or_its_batch_members():
     assert batch_run_key(["b", "a"]) == batch_run_key(["a", "b"]) != batch_run_key(["a"])
 
 
-def test_a_partition_key_turns_back_into_its_pipeline_and_a_foreign_key_is_named():
-    from pipelines_dagster.runs import PartitionKeyError, partition_key, pipeline_id_of_partition
+def test_a_partition_key_is_the_id_and_the_name_as_a_slug():
+    from pipelines_dagster.app_db.models import SLUG_LENGTH, partition_key
 
-    assert pipeline_id_of_partition(partition_key(42)) == 42
-    for foreign in ("not-a-pipeline", "", "-3", "4.0", "²"):
+    assert partition_key(17, "Northwind docs") == "17-northwind-docs"
+    assert partition_key(8, "Northwind docs (port 8800)") == "8-northwind-docs-port-8800"
+    # Accents fold to ASCII; what is left of no letter or digit leaves the bare id.
+    assert partition_key(3, "Café  Größe — naïve") == "3-cafe-groe-naive"
+    assert partition_key(5, "*** ???") == "5"
+    long = partition_key(9, "word " * 60)
+    assert long.startswith("9-word-") and len(long) <= len("9-") + SLUG_LENGTH and not long.endswith("-")
+
+
+def test_a_partition_key_turns_back_into_its_pipeline_and_a_foreign_key_is_named():
+    from pipelines_dagster.app_db.models import partition_key
+    from pipelines_dagster.runs import PartitionKeyError, pipeline_id_of_partition
+
+    assert pipeline_id_of_partition(partition_key(42, "Support FAQ")) == 42
+    # A pipeline made before keys carried names keeps its bare id.
+    assert pipeline_id_of_partition("42") == 42
+    for foreign in ("not-a-pipeline", "", "-3", "4.0", "²", "7-Docs", "7 docs", "7-docs/x"):
         with pytest.raises(PartitionKeyError, match="is not a pipeline"):
             pipeline_id_of_partition(foreign)
 

@@ -8,11 +8,14 @@ in Dagster's run storage and event log.
 from __future__ import annotations
 
 import enum
+import re
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm.attributes import set_committed_value
 
 from pipelines_dagster.app_db.text import storable, storable_json
 
@@ -262,11 +265,44 @@ class Pipeline(Base):
     # How long one run may take before it is stopped (and continued by another, from what it stored);
     # NULL: the deployment's run_monitoring.max_runtime_seconds.
     max_runtime_seconds: Mapped[int | None] = mapped_column(sa.Integer)
+    # Its Dagster partition's key, set as it is inserted (`_give_partition_key`) and never changed; NULL for a
+    # pipeline made before keys carried names, whose key is its bare id (see `partition`).
+    partition_key: Mapped[str | None] = mapped_column(sa.String(64), index=True, unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
     connector: Mapped[Connector | None] = relationship(back_populates="pipelines")
     triggers: Mapped[list[PipelineTrigger]] = relationship(back_populates="pipeline", passive_deletes=True)
+
+    @property
+    def partition(self) -> str:
+        """The key of its partition of every pipeline asset."""
+        return self.partition_key or str(self.id)
+
+
+SLUG_LENGTH = 40
+"""At most this many characters of a pipeline's name go into its partition key."""
+
+
+def partition_key(pipeline_id: int, name: str) -> str:
+    """The key a pipeline's partition gets when the pipeline is created: its id and its name as a slug,
+    `17-northwind-docs`, so the Dagster UI's partition pickers say which pipeline a key is. The id comes
+    first, so the key alone says whose it is (`runs.pipeline_id_of_partition`). It is stored with the
+    pipeline and never changes: a rename leaves it, as Dagster keeps a partition's history under its key."""
+    slug = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")[:SLUG_LENGTH].strip("-")
+    return f"{pipeline_id}-{slug}" if slug else str(pipeline_id)
+
+
+@sa.event.listens_for(Pipeline, "after_insert")
+def _give_partition_key(_mapper: sa.orm.Mapper[Pipeline], connection: sa.Connection, pipeline: Pipeline) -> None:
+    """Every pipeline gets its partition key as it is inserted, whichever code made it: the key holds the id,
+    which exists only once the row does, so it is written right after the insert, in the same transaction."""
+    if pipeline.partition_key is not None:
+        return
+    key = partition_key(pipeline.id, pipeline.name)
+    connection.execute(sa.update(Pipeline).where(Pipeline.id == pipeline.id).values(partition_key=key))
+    set_committed_value(pipeline, "partition_key", key)
 
 
 class PipelineTrigger(Base):

@@ -11,7 +11,7 @@ import dagster as dg
 
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_message, run_steps
-from pipelines_dagster.assets.partition import CrawlSource, partition_pipeline_id, refused
+from pipelines_dagster.assets.partition import CrawlSource, own_partition, partition_pipeline_id, refused
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
 from pipelines_dagster.core.crawl.throttle import describe_limits
@@ -242,6 +242,7 @@ def crawl_partition(
         raise refused(str(exc)) from None
     except Exception as exc:
         raise CrawlAttemptFailed(_policies.get(attempt_of, RetryPolicy())) from exc
+    own_partition(pipeline, partition_key)
     _policy_read(attempt_of, plan.retry)
     if resumable:
         _runtime_tags(instance, run, plan)
@@ -260,7 +261,7 @@ def crawl_partition(
         )
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
-        charge_key = crawl_charge_key(run.root_run_id or run.run_id, partition_key)
+        charge_key = crawl_charge_key(run.root_run_id or run.run_id, pipeline_id)
         checkpoint = _checkpoint(run, plan, blob_store) if resumable else None
         report = execute_crawl(
             plan,

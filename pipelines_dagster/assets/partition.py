@@ -41,9 +41,19 @@ def partition_pipeline_id(partition_key: str) -> int:
         raise refused(str(exc)) from None
 
 
+def own_partition(pipeline: Pipeline, partition_key: str) -> Pipeline:
+    """The pipeline, when `partition_key` is its partition; a key that only starts with its id (added by hand in
+    the UI) is refused."""
+    if pipeline.partition != partition_key:
+        raise refused(
+            f"partition {partition_key!r} is not pipeline {pipeline.id}'s: its partition is {pipeline.partition!r}"
+        )
+    return pipeline
+
+
 def partition_pipeline(app_db: AppDatabaseResource, partition_key: str) -> Pipeline:
     with app_db.sessions() as session:
         pipeline = session.get(Pipeline, partition_pipeline_id(partition_key))
     if pipeline is None:
         raise refused(f"pipeline {partition_key} does not exist")
-    return pipeline
+    return own_partition(pipeline, partition_key)

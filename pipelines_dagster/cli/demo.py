@@ -88,7 +88,7 @@ def _demo(demo_site: Any, settings: Settings, *, once: bool, site_port: int, ui_
         click.echo(f"another API token, any time: {demo_site.new_token_command(seeded.workspace_id)}")
         click.echo(
             f"Dagster UI: http://127.0.0.1:{ui_port} — Catalog → crawl_results → Materialize…, "
-            f"partition {seeded.pipeline_id}"
+            f"partition {seeded.partition_key}"
         )
         allowed = demo_site.with_loopback_allowed(settings).crawler_allowed_networks
         env = {

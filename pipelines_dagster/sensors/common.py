@@ -9,19 +9,19 @@ asks the instance which of its marks have runs, and offers the others again (cor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core.catalog.pipelines import pipeline_names
+from pipelines_dagster.core.catalog.pipelines import pipeline_names, pipeline_partitions
 from pipelines_dagster.core.triggers.fires import Fire, Runs, Taken
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, partition_key, pipeline_ids_of, with_names
+from pipelines_dagster.runs import BUSY_STATUSES, batch_pipeline_ids, partition_of, pipeline_ids_of, with_names
 
 BUSY = [dg.DagsterRunStatus(name) for name in BUSY_STATUSES]
 # Dagster's tag for the run key a sensor requested a run under (dagster._core.storage.tags.RUN_KEY_TAG).
@@ -29,8 +29,8 @@ RUN_KEY_TAG = "dagster/run_key"
 
 Take = Callable[[sessionmaker[Session], Runs], Taken[Any]]
 """Claims a tick's rows in the app database and returns the fires they owe (core/)."""
-Requests = Callable[[Sequence[Any]], Iterable[dg.RunRequest]]
-"""Turns a tick's fires into run requests."""
+Requests = Callable[[Sequence[Any], Mapping[int, str]], Iterable[dg.RunRequest]]
+"""Turns a tick's fires into run requests, given their pipelines' partition keys."""
 Seen = Callable[[dg.DagsterInstance, Sequence[Any]], set[str]]
 """The run keys, among these fires', that have a run in the instance."""
 
@@ -68,17 +68,23 @@ def known_partitions(context: dg.SensorEvaluationContext) -> set[str]:
     return set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
 
 
-def pipeline_run_request(fire: Fire) -> dg.RunRequest:
+def fire_partitions(sessions: sessionmaker[Session], fires: Sequence[Fire]) -> dict[int, str]:
+    """The partition keys of the fires' pipelines: one query."""
+    with sessions() as session:
+        return pipeline_partitions(session, (fire.pipeline_id for fire in fires))
+
+
+def pipeline_run_request(fire: Fire, keys: Mapping[int, str]) -> dg.RunRequest:
     return dg.RunRequest(
         run_key=fire.run_key,
         job_name=pipeline_run.name,
-        partition_key=partition_key(fire.pipeline_id),
+        partition_key=partition_of(keys, fire.pipeline_id),
         tags=dict(fire.tags),
     )
 
 
-def a_run_each(fires: Sequence[Fire]) -> list[dg.RunRequest]:
-    return [pipeline_run_request(fire) for fire in fires]
+def a_run_each(fires: Sequence[Fire], keys: Mapping[int, str]) -> list[dg.RunRequest]:
+    return [pipeline_run_request(fire, keys) for fire in fires]
 
 
 def named(sessions: sessionmaker[Session], requests: Iterable[dg.RunRequest]) -> list[dg.RunRequest]:
@@ -94,7 +100,11 @@ def named(sessions: sessionmaker[Session], requests: Iterable[dg.RunRequest]) ->
 
 
 def trigger_result(
-    context: dg.SensorEvaluationContext, requests: Iterable[dg.RunRequest], *, known: set[str]
+    context: dg.SensorEvaluationContext,
+    requests: Iterable[dg.RunRequest],
+    *,
+    known: set[str],
+    keys: Mapping[int, str],
 ) -> dg.SensorResult:
     """The runs a trigger sensor requests, with an add request for any of their partitions the
     instance does not have yet (a pipeline created a moment ago, before the partition sync).
@@ -102,7 +112,7 @@ def trigger_result(
     requests = list(requests)
     wanted = {request.partition_key for request in requests if request.partition_key}
     wanted.update(
-        partition_key(pipeline_id) for request in requests for pipeline_id in batch_pipeline_ids(request.tags)
+        partition_of(keys, pipeline_id) for request in requests for pipeline_id in batch_pipeline_ids(request.tags)
     )
     missing = sorted(wanted - known)
     return dg.SensorResult(
@@ -162,6 +172,7 @@ def trigger_sensor(
             context.log.info(
                 f"{taken.held} {rows} wait for a run of their pipeline to end: a later tick starts their runs"
             )
-        return trigger_result(context, named(app_db.sessions, requests(taken.fires)), known=known)
+        keys = fire_partitions(app_db.sessions, taken.fires)
+        return trigger_result(context, named(app_db.sessions, requests(taken.fires, keys)), known=known, keys=keys)
 
     return evaluate

@@ -4,10 +4,9 @@ runs and materializations stay in the instance, and run history reads them by th
 
 import dagster as dg
 
-from pipelines_dagster.core.catalog.pipelines import runnable_pipeline_ids
+from pipelines_dagster.core.catalog.pipelines import runnable_partitions
 from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.runs import partition_key
 
 
 @dg.sensor(
@@ -24,7 +23,7 @@ def pipeline_partitions_sync(context: dg.SensorEvaluationContext, app_db: AppDat
     # before its commit when partitions came first) and is removed now.
     existing = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     with app_db.sessions() as session:
-        wanted = {partition_key(pipeline_id) for pipeline_id in runnable_pipeline_ids(session)}
+        wanted = set(runnable_partitions(session).values())
     requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if added := sorted(wanted - existing):
         requests.append(pipelines_partitions.build_add_request(added))

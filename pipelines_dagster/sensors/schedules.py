@@ -18,9 +18,9 @@ from pipelines_dagster.sensors.common import pipeline_run_request, runs_requeste
 from pipelines_dagster.settings import Settings
 
 
-def batched(fires: Sequence[ScheduledFire], *, run_batch_size: int) -> list[dg.RunRequest]:
+def batched(fires: Sequence[ScheduledFire], keys: Mapping[int, str], *, run_batch_size: int) -> list[dg.RunRequest]:
     return [
-        batch_run_request(chunk) if len(chunk) > 1 else pipeline_run_request(chunk[0])
+        batch_run_request(chunk, keys) if len(chunk) > 1 else pipeline_run_request(chunk[0], keys)
         for chunk in split_evenly(fires, run_batch_size)
     ]
 

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from pipelines_dagster.app_db.engine import session_factory
-from pipelines_dagster.runs import partition_key
 from tests.api.conftest import Tenant, new_tenant
 from tests.api.test_pipelines import create, fields_of, partitions
 from tests.api.test_unique_races import served  # noqa: F401  (fixture)
@@ -157,10 +156,10 @@ def test_delete_takes_the_connectors_own_indexing_and_its_partition_with_it(clie
         json={"type": "webcrawler", "urls": ["https://e.com/"], "index_every_minutes": 60},
     ).json()
     [own] = [p for p in client.get(tenant.pipelines, headers=tenant.headers).json()["pipelines"] if p["system_managed"]]
-    assert partition_key(own["id"]) in partitions(instance)
+    assert own["partition_key"] in partitions(instance)
     assert client.delete(f"{connectors(tenant)}/{made['id']}", headers=tenant.headers).status_code == 204
     assert client.get(f"{tenant.pipelines}/{own['id']}", headers=tenant.headers).status_code == 404
-    assert partition_key(own["id"]) not in partitions(instance)
+    assert own["partition_key"] not in partitions(instance)
 
 
 def test_a_pipeline_made_while_its_connector_is_deleted_is_never_deleted_with_it(served, postgres_engine):

@@ -65,7 +65,8 @@ def test_create_read_list_and_the_partition_registered_with_it(client, instance,
     # 02:30 in Stockholm is 00:30 or 01:30 UTC, depending on the season.
     next_fire = datetime.fromisoformat(schedule["next_fire_at"])
     assert next_fire.minute == 30 and next_fire.hour in {0, 1}
-    assert str(created["id"]) in partitions(instance)
+    assert created["partition_key"] == f"{created['id']}-docs-nightly"
+    assert created["partition_key"] in partitions(instance)
 
     assert client.get(f"{tenant.pipelines}/{created['id']}", headers=tenant.headers).json() == created
     listed = client.get(tenant.pipelines, headers=tenant.headers).json()["pipelines"]

@@ -48,7 +48,7 @@ def make_pipeline(client, tenant: Tenant, **fields) -> int:
 def run_ids(instance: dg.DagsterInstance, tenant: Tenant, pipeline_id: int) -> list[str]:
     # By workspace too: SQLite hands a deleted pipeline's id to the next one, and the
     # deployment's database outlives the tests.
-    tags = {PARTITION_TAG: str(pipeline_id), "workspace_id": str(tenant.workspace_id)}
+    tags = {"pipeline_id": str(pipeline_id), "workspace_id": str(tenant.workspace_id)}
     return [run.run_id for run in instance.get_runs(dg.RunsFilter(tags=tags))]
 
 
@@ -72,7 +72,8 @@ def test_run_now_launches_a_queued_run_on_the_deployment(live, dagster_webserver
         "pipeline_id": str(pipeline_id),
         "workspace_id": str(tenant.workspace_id),
         "trigger": "manual",
-        PARTITION_TAG: str(pipeline_id),
+        # The partition the pipeline got when it was created: its id and name.
+        PARTITION_TAG: f"{pipeline_id}-p",
         "pipeline_name": "p",
     }
     listed = client.get(f"{tenant.pipelines}/{pipeline_id}/runs", headers=tenant.headers).json()["runs"]

@@ -88,10 +88,15 @@ class Stack:
 
         return {name: portable(resource) for name, resource in self.resources().items()}
 
+    def key(self, pipeline_id: int) -> str:
+        """The pipeline's partition key, as the catalog stores it."""
+        with self.sessions() as session:
+            return session.get_one(Pipeline, pipeline_id).partition
+
     def keep_partition(self, pipeline_id: int) -> None:
         """Give a disabled pipeline the partition it had while enabled, as when a run was launched on it just
         before it was disabled (or by hand on an older instance): the run meets the disabled pipeline."""
-        add_pipeline_partitions(self.instance, [pipeline_id])
+        add_pipeline_partitions(self.instance, [self.key(pipeline_id)])
 
     def site(self, pages: int, *, prefix: str = "/p") -> list[str]:
         for n in range(pages):
@@ -139,7 +144,7 @@ class Stack:
     ) -> dg.ExecuteInProcessResult:
         return dg.materialize(
             assets or [crawl_results, kb_documents],
-            partition_key=str(pipeline_id),
+            partition_key=self.key(pipeline_id),
             instance=self.instance,
             resources=self.resources(),
             tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger=trigger),

@@ -33,7 +33,7 @@ def test_a_backfill_over_three_partitions_reindexes_without_crawling_or_charging
     results = [
         dg.materialize(
             [crawl_results.to_source_asset(), kb_documents, page_changes],
-            partition_key=str(pipeline_id),
+            partition_key=embedded.key(pipeline_id),
             instance=embedded.instance,
             resources=embedded.resources(),
             tags={
@@ -52,4 +52,4 @@ def test_a_backfill_over_three_partitions_reindexes_without_crawling_or_charging
         documents = embedded.documents(workspace_id)
         assert len(documents) == 3 and all(d.status_state == "ready" and d.content for d in documents)
     runs = embedded.instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
-    assert {run.tags["dagster/partition"] for run in runs} == {str(p) for _, p in pipelines}
+    assert {run.tags["dagster/partition"] for run in runs} == {embedded.key(p) for _, p in pipelines}

@@ -8,7 +8,13 @@ from dagster._utils.tags import is_valid_tag_key
 from pipelines_dagster.batch import BatchPipeline, PipelineBatchConfig, pipeline_batch, split_evenly
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.storage.locks import pipeline_lock_name
-from pipelines_dagster.runs import PIPELINE_BATCH_OP, batch_pipeline_ids, batch_tags, member_workspace_tag
+from pipelines_dagster.runs import (
+    PIPELINE_BATCH_OP,
+    batch_pipeline_ids,
+    batch_tags,
+    member_workspace_tag,
+    pipeline_id_of_partition,
+)
 from tests.assets.conftest import Stack, fail_once_after_the_charge, set_pipeline
 
 
@@ -16,7 +22,8 @@ def run_batch(stack: Stack, members: list[tuple[int, int]]) -> dg.ExecuteInProce
     """pipeline_batch over (workspace id, pipeline id) pairs, as the schedule sensor would request it."""
     config = PipelineBatchConfig(
         pipelines=[
-            BatchPipeline(pipeline_id=pipeline_id, workspace_id=workspace_id) for workspace_id, pipeline_id in members
+            BatchPipeline(pipeline_id=pipeline_id, workspace_id=workspace_id, partition_key=stack.key(pipeline_id))
+            for workspace_id, pipeline_id in members
         ]
     )
     return pipeline_batch.execute_in_process(
@@ -39,7 +46,7 @@ def partition_events(result: dg.ExecuteInProcessResult, pipeline_id: int) -> dic
             partition = event.asset_observation_data.asset_observation.partition
         elif event.event_type_value == "ASSET_CHECK_EVALUATION":
             partition = event.asset_check_evaluation_data.partition
-        if partition == str(pipeline_id):
+        if partition is not None and pipeline_id_of_partition(partition) == pipeline_id:
             events.setdefault(event.event_type_value, []).append(event)
     return events
 
@@ -100,7 +107,7 @@ def test_each_pipeline_of_a_batch_gets_its_own_partitions_checks_and_charge(stac
         assert not stack.locks.is_locked(pipeline_lock_name(pipeline_id))
     # The instance's partition records are each pipeline's own, as after pipeline_run.
     records = stack.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey("crawl_results"), asset_partitions=[str(kb_b[1])]), limit=5
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("crawl_results"), asset_partitions=[stack.key(kb_b[1])]), limit=5
     ).records
     assert [record.run_id for record in records] == [result.run_id]
 

@@ -36,7 +36,7 @@ def run_checks(
         instance=stack.instance,
         tags={
             **run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
-            "dagster/partition": str(pipeline_id),
+            "dagster/partition": stack.key(pipeline_id),
         },
         raise_on_error=False,
     )

@@ -42,7 +42,7 @@ def run_pipeline(stack: Stack, workspace_id: int, pipeline_id: int) -> dg.Execut
         assets=ALL, asset_checks=asset_checks, jobs=[pipeline_run], resources=stack.resources()
     ).resolve_job_def(pipeline_run.name)
     return job.execute_in_process(
-        partition_key=str(pipeline_id),
+        partition_key=stack.key(pipeline_id),
         instance=stack.instance,
         tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
         raise_on_error=False,
@@ -245,7 +245,7 @@ def test_every_launch_path_fails_an_unhealthy_crawl_and_a_later_backfill_still_r
     alone = (
         job.resolve_implicit_global_asset_job_def()
         .get_subset(asset_selection={crawl_results.key})
-        .execute_in_process(partition_key=str(pipeline_id), instance=stack.instance, raise_on_error=False)
+        .execute_in_process(partition_key=stack.key(pipeline_id), instance=stack.instance, raise_on_error=False)
     )
     assert_failed_unhealthy(stack, alone, workspace_id, why)
 
@@ -269,7 +269,7 @@ def test_every_launch_path_fails_an_unhealthy_crawl_and_a_later_backfill_still_r
     # A backfill of kb_documents and page_changes over the partition: the latest crawl is the unhealthy one.
     backfill = dg.materialize(
         [crawl_results.to_source_asset(), kb_documents, page_changes],
-        partition_key=str(pipeline_id),
+        partition_key=stack.key(pipeline_id),
         instance=stack.instance,
         resources=stack.resources(),
     )

@@ -67,6 +67,7 @@ def run_in_a_process_of_its_own(
     instance_ref: InstanceRef,
     resources: dict[str, tuple[type, dict[str, Any]]],
     pipeline_id: int,
+    key: str,
     workspace_id: int,
     start: Barrier,
     results: Queue,
@@ -80,7 +81,7 @@ def run_in_a_process_of_its_own(
         start.wait()
         result = dg.materialize(
             [crawl_results, kb_documents],
-            partition_key=str(pipeline_id),
+            partition_key=key,
             instance=instance,
             resources=rebuilt_resources(resources),
             tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
@@ -100,7 +101,15 @@ def test_eight_pipelines_started_at_once_against_credit_for_three_never_overdraw
     runs = [
         spawn.Process(
             target=run_in_a_process_of_its_own,
-            args=(stack.instance.get_ref(), stack.portable_resources(), pipeline_id, workspace_id, start, results),
+            args=(
+                stack.instance.get_ref(),
+                stack.portable_resources(),
+                pipeline_id,
+                stack.key(pipeline_id),
+                workspace_id,
+                start,
+                results,
+            ),
         )
         for pipeline_id in pipeline_ids
     ]
@@ -150,7 +159,7 @@ def test_a_reexecution_of_a_paid_run_runs_on_a_zero_balance_and_is_not_charged_a
 ):
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(2), credit=2000)
     job = code_location_job(embedded, monkeypatch, tmp_path)
-    tags = {"dagster/partition": str(pipeline_id), "pipeline_id": str(pipeline_id)}
+    tags = {"dagster/partition": embedded.key(pipeline_id), "pipeline_id": str(pipeline_id)}
     with dg.execute_job(job, embedded.instance, tags=tags) as first:
         assert first.success
     billing = Billing(embedded.sessions, enabled=True, micros_per_crawl=1000)

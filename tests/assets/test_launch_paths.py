@@ -30,7 +30,7 @@ def asset_job(stack: Stack) -> dg.JobDefinition:
 def launch(stack: Stack, pipeline_id: int, selection: list[dg.AssetsDefinition]) -> dg.ExecuteInProcessResult:
     """The asset job over the selected assets and their checks, with only the partition tag, as the UI launches it."""
     job = asset_job(stack).get_subset(asset_selection={asset.key for asset in selection})
-    return job.execute_in_process(partition_key=str(pipeline_id), instance=stack.instance, raise_on_error=False)
+    return job.execute_in_process(partition_key=stack.key(pipeline_id), instance=stack.instance, raise_on_error=False)
 
 
 def steps_of(result: dg.ExecuteInProcessResult) -> dict[str, str]:

@@ -15,7 +15,9 @@ from pipelines_dagster.app_db.models import Connector, Folder, Pipeline
 from pipelines_dagster.assets.kb_documents import kb_documents
 from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.core.storage.locks import connector_lock_name, pipeline_lock_name
+from pipelines_dagster.history import RunHistory
 from pipelines_dagster.partitions import PARTITIONS_NAME
+from pipelines_dagster.runs import run_tags
 from tests.assets.conftest import (
     Stack,
     code_location_job,
@@ -173,6 +175,43 @@ def test_a_partition_added_by_hand_is_refused_by_name_and_not_retried(embedded: 
     assert not [event for event in result.all_events if event.event_type_value == "STEP_UP_FOR_RETRY"]
 
 
+def test_a_key_that_only_starts_with_a_pipelines_id_is_refused_naming_the_pipelines_own(embedded: Stack):
+    """A key added by hand in the UI (the bare id of a pipeline whose key carries its name) runs nothing."""
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    own = embedded.key(pipeline_id)
+    assert own == f"{pipeline_id}-p"
+    for foreign in (str(pipeline_id), f"{pipeline_id}-other-name"):
+        embedded.instance.add_dynamic_partitions(PARTITIONS_NAME, [foreign])
+        for asset in (crawl_results_module.crawl_results, kb_documents):
+            result = dg.materialize(
+                [asset],
+                partition_key=foreign,
+                instance=embedded.instance,
+                resources=embedded.resources(),
+                tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="manual"),
+                raise_on_error=False,
+            )
+            assert not result.success
+            assert f"partition '{foreign}' is not pipeline {pipeline_id}'s: its partition is '{own}'" in (
+                failure_message(result)
+            )
+    assert embedded.charges(workspace_id) == (0, 0) and not embedded.documents(workspace_id)
+
+
+def test_a_pipeline_made_before_keys_carried_names_runs_under_its_bare_id(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(2))
+    with transaction(embedded.sessions) as session:
+        session.get_one(Pipeline, pipeline_id).partition_key = None
+    embedded.keep_partition(pipeline_id)
+    result = embedded.run(pipeline_id, workspace_id)
+    assert result.success, failure_message(result)
+    assert result.dagster_run.tags["dagster/partition"] == str(pipeline_id)
+    assert len(embedded.documents(workspace_id)) == 2
+    # Run history reads its crawl under that key.
+    [listed] = RunHistory(embedded.instance, embedded.sessions).list_runs(workspace_id, pipeline_id=pipeline_id).runs
+    assert (listed.run_id, listed.status, listed.crawls_attempted) == (result.run_id, "succeeded", 2)
+
+
 def test_a_second_run_while_one_holds_the_lock_fails_already_in_progress(stack: Stack):
     workspace_id, pipeline_id = stack.pipeline(stack.site(1))
     stack.locks.acquire(pipeline_lock_name(pipeline_id), "another-run", ttl_seconds=60)
@@ -270,7 +309,7 @@ def test_a_reexecuted_run_does_not_charge_again(embedded: Stack, monkeypatch, tm
     """Re-execution from the UI makes a new run with the first as root: the charge key is the root's."""
     workspace_id, pipeline_id = embedded.pipeline(embedded.site(2), credit=10_000)
     job = code_location_job(embedded, monkeypatch, tmp_path)
-    tags = {"dagster/partition": str(pipeline_id), "pipeline_id": str(pipeline_id)}
+    tags = {"dagster/partition": embedded.key(pipeline_id), "pipeline_id": str(pipeline_id)}
     with dg.execute_job(job, embedded.instance, tags=tags) as first:
         assert first.success
     options = dg.ReexecutionOptions(parent_run_id=first.run_id, step_selection=["crawl_results"])

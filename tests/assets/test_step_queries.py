@@ -137,10 +137,11 @@ def test_a_batch_member_loads_its_pipeline_once_and_never_asks_the_event_log_for
 ):
     kb = stack.pipeline(stack.site(3, prefix="/kb"))
     raw = stack.pipeline(stack.site(2, prefix="/raw"), save_to_kb=False, folder=None)
+    keys = {pipeline_id: stack.key(pipeline_id) for _, pipeline_id in (kb, raw)}
     result = run_batch(stack, [kb, raw])
     assert result.success
     for (_, pipeline_id), blob_reads in ((kb, 3), (raw, 2)):
-        member, after = f"member {pipeline_id}", f"after {pipeline_id}"
+        member, after = f"member {pipeline_id}", f"after {keys[pipeline_id]}"
         summary = f"{counts.summary(member)}; {counts.summary(after)}"
         blob_key = materialized(partition_events(result, pipeline_id))["crawl_results"]["blob_key"]
         assert counts.pipeline_rows[member] == 1, summary
@@ -149,5 +150,5 @@ def test_a_batch_member_loads_its_pipeline_once_and_never_asks_the_event_log_for
         assert not counts.dagster_reads[after], summary
         # The blob check's read, which hands the KB index its URLs; the index's content; the timeline.
         assert counts.blob_reads[after] == {blob_key: blob_reads}, summary
-    after = f"after {kb[1]}"
+    after = f"after {keys[kb[1]]}"
     assert counts.statements[after] <= AFTER_CRAWL_STATEMENTS[stack.engine.dialect.name], counts.summary(after)

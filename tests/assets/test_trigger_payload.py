@@ -25,7 +25,7 @@ def shown_by_an_event_run(stack: Stack, payload: dict) -> object:
         tags = event_tags(event.id, event.event_type)
     result = dg.materialize(
         [crawl_results],
-        partition_key=str(pipeline_id),
+        partition_key=stack.key(pipeline_id),
         instance=stack.instance,
         resources=stack.resources(),
         tags=run_tags(pipeline_id=pipeline_id, workspace_id=workspace_id, trigger="event", **tags),

@@ -128,7 +128,7 @@ def test_page_changes_bring_one_pages_changed_per_crawl_with_links_to_the_diffs(
     # Recording the same crawl's changes again (a backfill of page_changes) queues nothing more.
     dg.materialize(
         [page_changes],
-        partition_key=str(pipeline_id),
+        partition_key=embedded.key(pipeline_id),
         instance=embedded.instance,
         resources=embedded.resources(),
         selection=[page_changes],

@@ -35,7 +35,7 @@ def main(order: str, url: str, workspace_id: str, name: str) -> None:
         if order == "services":
             services.create_pipeline(session, instance, **fields)
         else:
-            add_pipeline_partitions(instance, [create_pipeline(session, **fields).id])
+            add_pipeline_partitions(instance, [create_pipeline(session, **fields).partition])
         print("uncommitted", flush=True)
         time.sleep(600)
         raise SystemExit("not killed")

@@ -29,6 +29,7 @@ from pipelines_dagster.core.catalog.triggers import create_event_trigger
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.triggers.events import emit_event
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.runs import pipeline_id_of_partition
 from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor
 from pipelines_dagster.settings import Settings
@@ -49,7 +50,7 @@ def app_db(postgres_url: str) -> AppDatabaseResource:
 
 
 def run_keys(result: dg.SensorResult, pipeline_ids: set[int]) -> list[str]:
-    return [r.run_key for r in result.run_requests if int(r.partition_key) in pipeline_ids]
+    return [r.run_key for r in result.run_requests if pipeline_id_of_partition(r.partition_key) in pipeline_ids]
 
 
 Store = Callable[[Session], str]

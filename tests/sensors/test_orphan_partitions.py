@@ -18,10 +18,10 @@ from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.pipelines import runnable_partitions
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.partitions import PARTITIONS_NAME
 from pipelines_dagster.resources.app_db import AppDatabaseResource
-from pipelines_dagster.runs import partition_key
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
 from tests.sensors.test_trigger_sensors import app_db, evaluate, instance  # noqa: F401  (fixtures)
 from tests.support.processes import kill_when_it_says
@@ -49,9 +49,10 @@ def partitions(instance: dg.DagsterInstance) -> set[str]:
 
 
 def pipelines_of(app_db: AppDatabaseResource, workspace_id: int) -> set[str]:
+    """The partition keys of the workspace's pipelines."""
     with app_db.sessions() as session:
         return {
-            str(id_) for id_ in session.scalars(sa.select(Pipeline.id).where(Pipeline.workspace_id == workspace_id))
+            pipeline.partition for pipeline in session.scalars(sa.select(Pipeline).filter_by(workspace_id=workspace_id))
         }
 
 
@@ -91,15 +92,16 @@ def test_a_pipeline_gets_its_partition_when_it_commits_and_loses_it_when_its_del
         made = services.create_pipeline(
             session, instance, workspace_id=workspace_id, connector_id=connector_id, name="made"
         )
+        made_id, key = made.id, made.partition
         assert partitions(instance) == set()
-    assert partitions(instance) == {str(made.id)}
+    assert partitions(instance) == {key} == {f"{made_id}-made"}
     with pytest.raises(RuntimeError), transaction(app_db.sessions) as session:
         services.create_pipeline(session, instance, workspace_id=workspace_id, connector_id=connector_id, name="undone")
         raise RuntimeError("the request failed before its commit")
-    assert partitions(instance) == {str(made.id)} == pipelines_of(app_db, workspace_id)
+    assert partitions(instance) == {key} == pipelines_of(app_db, workspace_id)
     with transaction(app_db.sessions) as session:
-        services.delete_pipeline(session, instance, workspace_id=workspace_id, pipeline_id=made.id)
-        assert partitions(instance) == {str(made.id)}
+        services.delete_pipeline(session, instance, workspace_id=workspace_id, pipeline_id=made_id)
+        assert partitions(instance) == {key}
     assert partitions(instance) == set()
 
 
@@ -126,12 +128,13 @@ def test_a_pipeline_committed_between_the_sync_ticks_two_reads_keeps_its_partiti
         a_pipeline_commits()
         return keys
 
-    def row_read(pipeline_id: int) -> str:
+    def rows_read(session) -> dict[int, str]:
+        keys = runnable_partitions(session)
         a_pipeline_commits()
-        return partition_key(pipeline_id)
+        return keys
 
     monkeypatch.setattr(instance, "get_dynamic_partitions", partitions_read)
-    monkeypatch.setattr("pipelines_dagster.sensors.partitions.partition_key", row_read)
+    monkeypatch.setattr("pipelines_dagster.sensors.partitions.runnable_partitions", rows_read)
     result = changes(evaluate(pipeline_partitions_sync, instance, app_db))
     monkeypatch.undo()
     assert partitions(instance) == pipelines_of(app_db, workspace_id) and len(committed) == 1

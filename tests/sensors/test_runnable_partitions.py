@@ -28,7 +28,7 @@ def test_one_sync_tick_drops_the_partitions_that_cannot_run_and_keeps_their_hist
             session, stack.instance, workspace_id=other_workspace, pipeline_id=disabled, enabled=False
         )
     # The old rule: every pipeline a partition, templates and disabled ones included.
-    add_pipeline_partitions(stack.instance, [*seeded, disabled])
+    add_pipeline_partitions(stack.instance, [*map(stack.key, seeded), stack.key(disabled)])
     assert len(stack.instance.get_dynamic_partitions(PARTITIONS_NAME)) == len(seeded) + 2
 
     result = evaluate(pipeline_partitions_sync, stack.instance, AppDatabaseResource(url=stack.url))
@@ -36,10 +36,10 @@ def test_one_sync_tick_drops_the_partitions_that_cannot_run_and_keeps_their_hist
         if isinstance(request, dg.DeleteDynamicPartitionsRequest):
             for key in request.partition_keys:
                 stack.instance.delete_dynamic_partition(PARTITIONS_NAME, key)
-    assert stack.instance.get_dynamic_partitions(PARTITIONS_NAME) == [str(runnable)]
+    assert stack.instance.get_dynamic_partitions(PARTITIONS_NAME) == [stack.key(runnable)]
 
     # The dropped partition's run is still in run history and its crawl is still the one the next run builds on.
     [run] = RunHistory(stack.instance, stack.sessions).list_runs(other_workspace, pipeline_id=disabled).runs
     assert (run.status, run.crawls_attempted) == ("succeeded", 1)
-    stored = latest_crawl(stack.instance, str(disabled))
+    stored = latest_crawl(stack.instance, stack.key(disabled))
     assert stored is not None and stored.run_id == run.run_id

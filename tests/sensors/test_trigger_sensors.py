@@ -21,7 +21,14 @@ from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource
-from pipelines_dagster.runs import PIPELINE_BATCH_OP, batch_pipeline_ids, batch_tags, member_workspace_tag, run_tags
+from pipelines_dagster.runs import (
+    PIPELINE_BATCH_OP,
+    batch_pipeline_ids,
+    batch_tags,
+    member_workspace_tag,
+    pipeline_id_of_partition,
+    run_tags,
+)
 from pipelines_dagster.sensors.common import busy_pipelines
 from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
@@ -89,8 +96,15 @@ def evaluate(
         return sensor.evaluate_tick(context)
 
 
+def key_of(app_db, pipeline_id: int) -> str:
+    with app_db.sessions() as session:
+        return session.get_one(Pipeline, pipeline_id).partition
+
+
 def requests_for(result: dg.SensorResult, pipeline_id: int) -> list[dg.RunRequest]:
-    return [r for r in result.run_requests if r.partition_key == str(pipeline_id)]
+    return [
+        r for r in result.run_requests if r.partition_key and pipeline_id_of_partition(r.partition_key) == pipeline_id
+    ]
 
 
 def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, app_db):
@@ -103,7 +117,9 @@ def test_a_due_schedule_requests_a_scheduled_run_with_its_partition(instance, ap
     assert request.tags["pipeline_name"].startswith("p-")
     assert request.run_key.endswith(request.tags["scheduled_for"])
     added = [key for r in result.dynamic_partitions_requests for key in r.partition_keys]
-    assert str(pipeline_id) in added
+    # Its partition key, which carries its name.
+    assert request.partition_key == key_of(app_db, pipeline_id) == f"{pipeline_id}-{request.tags['pipeline_name']}"
+    assert request.partition_key in added
     # Advanced: the next tick has nothing for it.
     assert (
         requests_for(evaluate(build_schedule_sensor(Settings(run_batch_size=1)), instance, app_db), pipeline_id) == []
@@ -139,7 +155,9 @@ def test_a_pipeline_with_a_running_run_gets_no_second_one(instance, app_db):
 
 
 def requested_pipelines(request: dg.RunRequest) -> list[int]:
-    return batch_pipeline_ids(request.tags) if request.job_name == "pipeline_batch" else [int(request.partition_key)]
+    if request.job_name == "pipeline_batch":
+        return batch_pipeline_ids(request.tags)
+    return [pipeline_id_of_partition(request.partition_key)]
 
 
 def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, app_db):
@@ -161,6 +179,8 @@ def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, a
             == sorted(member["pipeline_id"] for member in config)
         )
         assert all(member["scheduled_for"] for member in config)
+        # Each member runs under its own partition key, which its config names.
+        assert all(member["partition_key"] == key_of(app_db, member["pipeline_id"]) for member in config)
         assert request.tags["trigger"] == "scheduled" and request.run_key.startswith("schedule-batch:")
         assert request.partition_key is None
         # The run list's summary names the members: "12 (p-3f2a1c), 13 (p-...)".
@@ -172,7 +192,7 @@ def test_fires_due_together_run_in_batches_of_at_most_run_batch_size(instance, a
             request.tags["workspace_id"] == str(workspace_id)
         )
     added = {key for r in result.dynamic_partitions_requests for key in r.partition_keys}
-    assert {str(pipeline_id) for _, pipeline_id, _ in ours} <= added
+    assert {key_of(app_db, pipeline_id) for _, pipeline_id, _ in ours} <= added
 
 
 def test_a_pipeline_in_a_running_batch_run_gets_no_second_scheduled_run(instance, app_db):
@@ -201,7 +221,7 @@ ORIGIN = RemoteJobOrigin(
 
 def ui_launch(
     instance: dg.DagsterInstance,
-    pipeline_id: int,
+    partition: str,
     status: dg.DagsterRunStatus,
     *,
     origin: RemoteJobOrigin | None = None,
@@ -213,7 +233,7 @@ def ui_launch(
             run_id=str(uuid.uuid4()),
             status=status,
             asset_selection=frozenset({dg.AssetKey("crawl_results")}),
-            tags={"dagster/partition": str(pipeline_id), **tags},
+            tags={"dagster/partition": partition, **tags},
             remote_job_origin=origin,
         )
     )
@@ -223,7 +243,7 @@ def ui_launch(
 @pytest.mark.parametrize("status", [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTED])
 def test_a_pipeline_with_a_queued_or_running_ui_launch_gets_no_scheduled_run(instance, app_db, status, tags):
     _, pipeline_id, _ = make_pipeline(app_db)
-    ui_launch(instance, pipeline_id, status, origin=ORIGIN, **tags)
+    ui_launch(instance, key_of(app_db, pipeline_id), status, origin=ORIGIN, **tags)
     instance.add_run(
         dg.DagsterRun(
             job_name="maintenance",
@@ -249,7 +269,7 @@ def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance
 
     cursor = tick(None)  # a run-status sensor's first tick only sets its cursor
     workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
-    run = ui_launch(instance, pipeline_id, dg.DagsterRunStatus.STARTED)
+    run = ui_launch(instance, key_of(app_db, pipeline_id), dg.DagsterRunStatus.STARTED)
     locks = DatabaseLocks(app_engine)
     locks.acquire(pipeline_lock_name(pipeline_id), run.run_id, ttl_seconds=600)
     billing.billing.grant(workspace_id, 5000)
@@ -263,10 +283,10 @@ def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance
 
 def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_in_one_tick(instance, app_db):
     _, pipeline_id, _ = make_pipeline(app_db, due=False)
-    add_pipeline_partitions(instance, [987_654])
+    add_pipeline_partitions(instance, ["987654"])
     result = evaluate(pipeline_partitions_sync, instance, app_db)
     changed = {type(request): set(request.partition_keys) for request in result.dynamic_partitions_requests}
-    assert str(pipeline_id) in changed[dg.AddDynamicPartitionsRequest]
+    assert key_of(app_db, pipeline_id) in changed[dg.AddDynamicPartitionsRequest]
     assert changed[dg.DeleteDynamicPartitionsRequest] == {"987654"}
 
 

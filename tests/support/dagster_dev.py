@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import create_engine, session_factory, transaction
 from pipelines_dagster.app_db.migrate import upgrade
+from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.core.catalog.connectors import create_connector
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.ledger.billing import Billing
@@ -68,6 +69,11 @@ class Dev:
     @property
     def sessions(self) -> sessionmaker[Session]:
         return session_factory(self.engine)
+
+    def key(self, pipeline_id: int) -> str:
+        """The pipeline's partition key, as the catalog stores it."""
+        with self.sessions() as session:
+            return session.get_one(Pipeline, pipeline_id).partition
 
     def log_tail(self) -> str:
         return (self.home / "dagster-dev.log").read_text(errors="replace")[-3000:]
@@ -113,6 +119,7 @@ class Seeded:
     pipeline_id: int
     urls: list[str]
     save_to_kb: bool
+    partition_key: str
 
 
 def seed(
@@ -149,11 +156,11 @@ def seed(
             enabled=enabled,
             max_runtime_seconds=max_runtime_seconds,
         )
-        seeded = Seeded(workspace.id, connector.id, pipeline.id, urls, save_to_kb)
+        seeded = Seeded(workspace.id, connector.id, pipeline.id, urls, save_to_kb, pipeline.partition)
     if not enabled:
         # The partition it had while enabled, as a Materialize dialog opened before it was disabled still
         # offers it: a launch on it meets the disabled pipeline.
-        add_pipeline_partitions(dev.instance, [seeded.pipeline_id])
+        add_pipeline_partitions(dev.instance, [seeded.partition_key])
     Billing(dev.sessions, enabled=True, micros_per_crawl=1000).grant(seeded.workspace_id, 1_000_000)
     return seeded
 

@@ -33,7 +33,6 @@ from pipelines_dagster.core.validation import (
     validate_name,
     validate_urls,
 )
-from pipelines_dagster.runs import partition_key
 
 
 def _timezone(name: str) -> str:
@@ -249,7 +248,7 @@ class PipelineOut(BaseModel):
             schedule=None if schedule is None else ScheduleOut.of(schedule),
             retry_policy=RetryPolicyOut.of(RetryPolicy.of(pipeline)),
             max_runtime_seconds=pipeline.max_runtime_seconds,
-            partition_key=partition_key(pipeline.id) if is_runnable(pipeline) else None,
+            partition_key=pipeline.partition if is_runnable(pipeline) else None,
             created_at=pipeline.created_at,
             updated_at=pipeline.updated_at,
         )

@@ -296,23 +296,36 @@ EXECUTABLE_CONNECTOR_TYPES = (ConnectorType.WEBCRAWLER.value,)
 
 
 def is_runnable(pipeline: Pipeline) -> bool:
-    """A run can be started for it: `runnable_pipeline_ids`' rule, for one row."""
+    """A run can be started for it: `runnable_partitions`' rule, for one row."""
     connector = pipeline.connector
     return pipeline.enabled and connector is not None and connector.connector_type in EXECUTABLE_CONNECTOR_TYPES
 
 
-def runnable_pipeline_ids(session: Session, pipeline_ids: Iterable[int] | None = None) -> set[int]:
-    """The pipelines a run can be started for (among `pipeline_ids`, or all): enabled, with a connector of a
-    type that has an executor. Only these are partitions a Dagster user can pick; a template seeded without a
-    connector, or a disabled pipeline, joins them when it is given one and enabled."""
+def _keys(session: Session, query: sa.Select[int, str | None]) -> dict[int, str]:
+    return {pipeline_id: stored or str(pipeline_id) for pipeline_id, stored in session.execute(query)}
+
+
+def runnable_partitions(session: Session, pipeline_ids: Iterable[int] | None = None) -> dict[int, str]:
+    """The partition keys, by pipeline id, of the pipelines a run can be started for (among `pipeline_ids`, or
+    all): enabled, with a connector of a type that has an executor. Only these are partitions a Dagster user
+    can pick; a template seeded without a connector, or a disabled pipeline, joins them when it is given one
+    and enabled."""
     query = (
-        sa.select(Pipeline.id)
+        sa.select(Pipeline.id, Pipeline.partition_key)
         .join(Connector, Connector.id == Pipeline.connector_id)
         .where(Pipeline.enabled.is_(True), Connector.connector_type.in_(EXECUTABLE_CONNECTOR_TYPES))
     )
     if pipeline_ids is not None:
         query = query.where(Pipeline.id.in_(list(pipeline_ids)))
-    return set(session.scalars(query))
+    return _keys(session, query)
+
+
+def pipeline_partitions(session: Session, pipeline_ids: Iterable[int]) -> dict[int, str]:
+    """The partition keys of these pipelines (those that exist), by id: one query."""
+    ids = sorted(set(pipeline_ids))
+    if not ids:
+        return {}
+    return _keys(session, sa.select(Pipeline.id, Pipeline.partition_key).where(Pipeline.id.in_(ids)))
 
 
 def pipeline_names(session: Session, pipeline_ids: Iterable[int]) -> dict[int, str]:

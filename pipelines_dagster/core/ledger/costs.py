@@ -20,34 +20,35 @@ from pipelines_dagster.app_db.models import CreditAccount, CreditLedgerEntry, Le
 from pipelines_dagster.core.errors import InvalidInputError
 
 
-def crawl_charge_key(root_run_id: str, partition_key: str) -> str:
-    """The idempotency key of a pipeline's crawl charge in a run: its root run's, so it is made once."""
-    return f"crawl:{root_run_id}:{partition_key}"
+def crawl_charge_key(root_run_id: str, pipeline_id: int) -> str:
+    """The idempotency key of a pipeline's crawl charge in a run: its root run's, so it is made once. (Made
+    when partition keys were bare ids, under the same `crawl:<root run>:<pipeline id>`.)"""
+    return f"crawl:{root_run_id}:{pipeline_id}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunCharge:
     shared_micros: int
-    """The charge under the run's root run and partition, whichever run made it."""
+    """The charge under the run's root run and pipeline, whichever run made it."""
     new_micros: int
     """What this run itself charged: the shared charge when it made it, else 0."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ChargedRun:
-    """A run of one pipeline, as the ledger knows it: its id, its root run's id, the partition."""
+    """A run of one pipeline, as the ledger knows it: its id, its root run's id, the pipeline."""
 
     run_id: str
     root_run_id: str
-    partition_key: str
+    pipeline_id: int
 
 
-def run_charges(session: Session, runs: Iterable[ChargedRun]) -> dict[tuple[str, str], RunCharge]:
-    """Each run's charges by (run id, partition); a run whose crawl charged nothing (billing off, or
+def run_charges(session: Session, runs: Iterable[ChargedRun]) -> dict[tuple[str, int], RunCharge]:
+    """Each run's charges by (run id, pipeline id); a run whose crawl charged nothing (billing off, or
     it never crawled) is absent. One indexed query for all of them."""
     wanted: dict[str, list[ChargedRun]] = {}
     for run in runs:
-        wanted.setdefault(crawl_charge_key(run.root_run_id, run.partition_key), []).append(run)
+        wanted.setdefault(crawl_charge_key(run.root_run_id, run.pipeline_id), []).append(run)
     if not wanted:
         return {}
     rows = session.execute(
@@ -59,7 +60,7 @@ def run_charges(session: Session, runs: Iterable[ChargedRun]) -> dict[tuple[str,
     for key, delta, details in rows:
         maker = (details or {}).get("run_id")
         for run in wanted[key]:
-            charges[run.run_id, run.partition_key] = RunCharge(
+            charges[run.run_id, run.pipeline_id] = RunCharge(
                 shared_micros=-delta, new_micros=-delta if maker == run.run_id else 0
             )
     return charges

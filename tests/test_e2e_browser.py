@@ -3,8 +3,8 @@
 On a fresh deployment (`dagster dev` with deploy/dagster.yaml, its own DAGSTER_HOME and data dir), a new
 workspace made with the CLI has its templates seeded (they cannot run: no connector, disabled) and two
 pipelines over a loopback site. The `crawl_results` Materialize dialog offers exactly the two runnable
-pipelines' partitions; "All" and "Launch backfill" run both, and every run succeeds; each partition's page
-then shows its pipeline's name beside its key (the id).
+pipelines' partitions, each under a key that names its pipeline (`7-northwind-docs`); "All" and "Launch
+backfill" run both, and every run succeeds; each partition's page then shows its pipeline's name in full.
 """
 
 from __future__ import annotations
@@ -115,6 +115,14 @@ def test_the_materialize_dialog_offers_the_runnable_pipelines_and_all_of_them_ru
         shown = {chips.nth(n).get_attribute("title") for n in range(chips.count())}
         assert shown == set(runnable), (shown, runnable)
         assert not shown & templates
+        # The dialog names each pipeline: its key is its id and its name. A chip shows at most 120 px of it,
+        # truncated in the middle ("6-north…nd-docs"); the key in full is its tooltip.
+        for n in range(chips.count()):
+            key, text = chips.nth(n).get_attribute("title"), chips.nth(n).locator("span").inner_text()
+            pipeline_id = key.split("-", 1)[0]
+            assert key == f"{pipeline_id}-{re.sub('[^a-z0-9]+', '-', runnable[key].lower())}", (key, runnable)
+            head, _, tail = text.partition("…")
+            assert key.startswith(head) and key.endswith(tail) and len(head) > len(pipeline_id) + 1, (key, text)
 
         dialog.get_by_role("button", name="Launch backfill").click()
         ui.get_by_text("Launch runs to materialize crawl_results").wait_for(state="hidden")

@@ -320,6 +320,11 @@ def runnable_partitions(session: Session, pipeline_ids: Iterable[int] | None = N
     return _keys(session, query)
 
 
+def every_partition(session: Session) -> dict[int, str]:
+    """The partition key of every pipeline, runnable or not, by id."""
+    return _keys(session, sa.select(Pipeline.id, Pipeline.partition_key))
+
+
 def pipeline_partitions(session: Session, pipeline_ids: Iterable[int]) -> dict[int, str]:
     """The partition keys of these pipelines (those that exist), by id: one query."""
     ids = sorted(set(pipeline_ids))

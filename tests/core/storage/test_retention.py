@@ -288,3 +288,56 @@ def test_finished_notification_deliveries_are_pruned_and_pending_ones_kept(sessi
         kept = sa.select(NotificationDelivery.id).where(NotificationDelivery.endpoint_id == endpoint.id)
         attempts = sa.select(sa.func.count()).where(NotificationAttempt.delivery_id.in_(kept))
         assert session.scalar(attempts) == 2
+
+
+def backdate(instance: dg.DagsterInstance, run_ids: list[str], days: float) -> None:
+    """Make runs look `days` old in Dagster's run storage, as if they had been created then."""
+    from dagster._core.storage.runs.schema import RunsTable
+
+    then = (datetime.now(UTC) - timedelta(days=days)).replace(tzinfo=None)
+    with instance.run_storage.connect() as conn:
+        conn.execute(RunsTable.update().where(RunsTable.c.run_id.in_(run_ids)).values(create_timestamp=then))
+
+
+def test_the_daily_maintenance_job_deletes_old_runs_but_each_pipelines_latest_crawl_and_every_charge(embedded):
+    from pipelines_dagster import services
+    from pipelines_dagster.crawl_metadata import latest_crawl
+    from pipelines_dagster.history import RunHistory
+
+    embedded.billing_enabled = True
+    workspace_id, kept_on = embedded.pipeline(embedded.site(1), credit=10_000)
+    other_workspace, switched_off = embedded.pipeline(embedded.site(1, prefix="/off"), credit=10_000)
+    older, newer = (embedded.run(kept_on, workspace_id).run_id for _ in range(2))
+    only = embedded.run(switched_off, other_workspace).run_id
+    recent = embedded.run(kept_on, workspace_id).run_id
+    # A disabled pipeline has no partition; its latest crawl is still what it builds on when enabled again.
+    with transaction(embedded.sessions) as session:
+        services.set_pipeline_enabled(
+            session, embedded.instance, workspace_id=other_workspace, pipeline_id=switched_off, enabled=False
+        )
+    backdate(embedded.instance, [older, newer, only], days=40)
+    charges = embedded.charges(workspace_id), embedded.charges(other_workspace)
+    assert (charges[0][0], charges[1][0]) == (3, 1)
+
+    result = maintenance.execute_in_process(
+        instance=embedded.instance,
+        resources={key: embedded.resources()[key] for key in ("app_db", "blob_store", "billing")},
+        run_config=dg.RunConfig(ops={"apply_retention_op": RetentionConfig(retention_days=30)}),
+    )
+    assert result.success
+    [output] = [event for event in result.all_events if event.is_successful_output]
+    # `newer` is old but no longer its pipeline's latest (`recent` is): it goes; `only` holds its pipeline's.
+    assert (
+        output.event_specific_data.metadata["runs_deleted"].value,
+        output.event_specific_data.metadata["runs_kept"].value,
+    ) == (2, 1)
+    present = {run_id: embedded.instance.get_run_by_id(run_id) is not None for run_id in (older, newer, only, recent)}
+    assert present == {older: False, newer: False, only: True, recent: True}
+    assert not embedded.instance.all_logs(older)
+    stored = latest_crawl(embedded.instance, embedded.key(switched_off))
+    assert stored is not None and stored.run_id == only
+    # The ledger keeps every charge; run history answers with the runs that are left.
+    assert (embedded.charges(workspace_id), embedded.charges(other_workspace)) == charges
+    history = RunHistory(embedded.instance, embedded.sessions)
+    assert [run.run_id for run in history.list_runs(workspace_id).runs] == [recent]
+    assert history.get_run(workspace_id, older) is None

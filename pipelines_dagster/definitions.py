@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import warnings
 
 import dagster as dg
@@ -29,6 +30,13 @@ from pipelines_dagster.settings import load_settings
 warnings.filterwarnings(
     "ignore", message="Parameter `owners` of initializer `SensorDefinition.__init__`", category=dg.BetaWarning
 )
+
+# Dagster's run-status sensors (lock release, run notifications) handle 5 ended runs a tick unless told otherwise,
+# read from the environment of the process that evaluates them, this one: at 5-10 s ticks that is 30-60 runs a
+# minute, fewer than a busy deployment ends. Each of ours handles a run in milliseconds, so a tick takes up to 100.
+RUNS_PER_STATUS_TICK = "100"
+for limit in ("DAGSTER_RUN_STATUS_SENSOR_PROCESS_LIMIT", "DAGSTER_RUN_STATUS_SENSOR_FETCH_LIMIT"):
+    os.environ.setdefault(limit, RUNS_PER_STATUS_TICK)
 
 # Settings are read at load time so a bad PIPELINES_* value fails the code location
 # with the SettingsError that names it, not the first run that touches a resource.

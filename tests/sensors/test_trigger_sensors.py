@@ -281,6 +281,32 @@ def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance
     assert billing.billing.summary(workspace_id).available_micros == 5000
 
 
+def test_one_lock_release_tick_frees_the_holds_of_thirty_runs_that_failed_since_the_last(instance, app_db):
+    """Dagster's run-status sensors handle 5 runs a tick by default; the code location lets them take 100, so
+    ending runs at a busy deployment's rate does not leave locks and holds waiting behind a queue of ticks."""
+    import pipelines_dagster.definitions  # noqa: F401  (loading the code location sets the limit, as in the daemon)
+
+    [sensor] = [sensor for sensor in lock_release_sensors if sensor.name == "release_locks_of_failure_runs"]
+    billing = BillingResource(app_db=app_db, billing_enabled=True)
+    resources = {"locks": DatabaseLocksResource(database_url=app_db.url), "app_db": app_db, "billing": billing}
+
+    def tick(cursor: str | None) -> str | None:
+        with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
+            return sensor.evaluate_tick(context).cursor
+
+    cursor = tick(None)
+    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
+    runs = [ui_launch(instance, key_of(app_db, pipeline_id), dg.DagsterRunStatus.STARTED) for _ in range(30)]
+    billing.billing.grant(workspace_id, 30_000)
+    for run in runs:
+        billing.reserve(workspace_id, 1, idempotency_key=f"{run.run_id}:{pipeline_id}", run_id=run.run_id)
+    assert billing.billing.summary(workspace_id).available_micros == 0
+    for run in runs:
+        instance.report_run_failed(run)
+    tick(cursor)
+    assert billing.billing.summary(workspace_id).available_micros == 30_000
+
+
 def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_in_one_tick(instance, app_db):
     _, pipeline_id, _ = make_pipeline(app_db, due=False)
     add_pipeline_partitions(instance, ["987654"])

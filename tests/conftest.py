@@ -10,6 +10,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlparse
 
 import pytest
@@ -22,6 +23,7 @@ from pipelines_dagster.app_db.migrate import upgrade
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 POSTGRES_ADMIN_URL = os.environ.get("PIPELINES_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("PIPELINES_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+BROKER_URL = os.environ.get("PIPELINES_TEST_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
 
 def missing(message: str) -> None:
@@ -72,6 +74,23 @@ def postgres_url() -> Iterator[str]:
     admin.dispose()
 
 
+@contextmanager
+def database_beside(url: str, label: str) -> Iterator[str]:
+    """A new database on `url`'s PostgreSQL server, named after `url`'s and `label`, dropped afterwards: its URL,
+    with the psycopg2 driver named (a bare postgresql:// is psycopg 3 to SQLAlchemy 2.1, and not installed)."""
+    server = sa.make_url(url).set(drivername="postgresql+psycopg2")
+    name = f"{server.database}_{label}_{uuid.uuid4().hex[:6]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
 @pytest.fixture(scope="session")
 def postgres_engine(postgres_url: str) -> Iterator[sa.Engine]:
     engine = create_engine(postgres_url)
@@ -110,6 +129,19 @@ def redis_url() -> str:
     finally:
         client.close()
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def broker_url() -> str:
+    """The Celery broker (RabbitMQ), once it has answered a connection with its credentials."""
+    from kombu import Connection
+
+    try:
+        with Connection(BROKER_URL, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1)
+    except Exception as exc:  # kombu raises the transport's own errors, OSError among them
+        service_missing("the Celery broker (RabbitMQ)", exc)
+    return BROKER_URL
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import dagster as dg
@@ -17,32 +17,37 @@ from dagster._core.storage.tags import WILL_RETRY_TAG
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
 from dagster_postgres import PostgresRunStorage
 
+from tests.conftest import database_beside
+
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 PIPELINE_LIMIT = {"key": "pipeline_id", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
 PARTITION_LIMIT = {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}
+CELERY_BROKER_URL = "amqp://guest:guest@mq.invalid:5672//"
+CELERY_BACKEND_URL = "redis://cache.invalid:6379/1"
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="session")
-def dagster_postgres_url(postgres_url: str) -> Iterator[str]:
-    """A database of its own for Dagster's storage, next to the app database on the same server.
+def dagster_database(postgres_url: str) -> Iterator[Callable[[str], str]]:
+    """A database of its own for Dagster's storage under each instance config, made on first use, next to the app
+    database on the same server.
 
-    Dagster stamps its Alembic revision into the database it is given, so it cannot share
-    the app database (which has its own `alembic_version`).
+    Dagster stamps its Alembic revision into the database it is given, so it cannot share the app database
+    (which has its own `alembic_version`); nor can two configs share one, as the queue tests count its runs.
     """
-    app_url = sa.make_url(postgres_url).set(drivername="postgresql+psycopg2")
-    name = f"{app_url.database}_dagster_{uuid.uuid4().hex[:6]}"
-    admin = sa.create_engine(app_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    yield app_url.set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    with ExitStack() as stack:
+        made: dict[str, str] = {}
+
+        def of(config_name: str) -> str:
+            if config_name not in made:
+                made[config_name] = stack.enter_context(database_beside(postgres_url, "dagster"))
+            return made[config_name]
+
+        yield of
 
 
-@pytest.fixture(params=["dagster.yaml", "dagster.postgres.yaml"])
+@pytest.fixture(params=["dagster.yaml", "dagster.postgres.yaml", "dagster.celery.yaml"])
 def config_name(request) -> str:
     return request.param
 
@@ -56,8 +61,12 @@ def instance(
     home.mkdir()
     shutil.copy(DEPLOY / config_name, home / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    if config_name == "dagster.postgres.yaml":
-        monkeypatch.setenv("DAGSTER_PG_URL", request.getfixturevalue("dagster_postgres_url"))
+    if config_name != "dagster.yaml":
+        monkeypatch.setenv("DAGSTER_PG_URL", request.getfixturevalue("dagster_database")(config_name))
+    if config_name == "dagster.celery.yaml":
+        # Read as the instance loads; the launcher connects to neither until it sends a run.
+        monkeypatch.setenv("PIPELINES_CELERY_BROKER_URL", CELERY_BROKER_URL)
+        monkeypatch.setenv("PIPELINES_CELERY_BACKEND_URL", CELERY_BACKEND_URL)
     with dg.DagsterInstance.get() as loaded:
         yield loaded
 
@@ -129,11 +138,40 @@ def test_embedded_storage_is_sqlite_under_dagster_home(instance: dg.DagsterInsta
     assert (tmp_path / "dagster-home" / "history" / "runs.db").is_file()
 
 
-@pytest.mark.parametrize("config_name", ["dagster.postgres.yaml"])
+@pytest.mark.parametrize("config_name", ["dagster.postgres.yaml", "dagster.celery.yaml"])
 def test_postgres_storage(instance: dg.DagsterInstance) -> None:
     assert isinstance(instance.run_storage, PostgresRunStorage)
     run = instance.add_run(dg.DagsterRun(job_name="crawl"))
     assert instance.get_run_by_id(run.run_id) is not None
+
+
+@pytest.mark.parametrize("config_name", ["dagster.celery.yaml"])
+def test_the_celery_profile_sends_runs_to_celery_workers_and_never_resumes_them(instance: dg.DagsterInstance) -> None:
+    from dagster_celery.launcher import CeleryRunLauncher
+
+    launcher = instance.run_launcher
+    assert isinstance(launcher, CeleryRunLauncher)
+    assert (launcher.broker, launcher.backend, launcher.default_queue) == (
+        CELERY_BROKER_URL,
+        CELERY_BACKEND_URL,
+        "pipelines",
+    )
+    # A task's stored state names the worker that ran it.
+    assert launcher.celery.conf.result_extended is True
+    assert launcher.celery.conf.worker_prefetch_multiplier == 1
+    # dagster-celery 0.29.27 resumes a run under a wrong argument name: a dead worker's run is retried instead.
+    assert instance.run_monitoring_max_resume_run_attempts == 0
+    assert instance.run_retries_enabled
+
+
+def test_the_celery_profile_is_the_postgres_profile_with_celery_workers() -> None:
+    import yaml
+
+    celery = yaml.safe_load((DEPLOY / "dagster.celery.yaml").read_text())
+    postgres = yaml.safe_load((DEPLOY / "dagster.postgres.yaml").read_text())
+    assert celery.pop("run_launcher")["class"] == "CeleryRunLauncher"
+    assert celery["run_monitoring"].pop("max_resume_run_attempts") == 0
+    assert celery == postgres
 
 
 def test_a_run_whose_worker_died_is_retried_once_and_a_step_failure_is_not(instance: dg.DagsterInstance) -> None:

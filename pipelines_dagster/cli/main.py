@@ -23,6 +23,7 @@ COMMANDS = {
     "templates": "workspace:templates",
     "token": "token:token",
     "trigger": "trigger:trigger",
+    "worker": "worker:worker",
     "workspace": "workspace:workspace",
 }
 

@@ -1,4 +1,5 @@
-"""`dagster dev` on a temporary embedded default (deploy/dagster.yaml), as a user runs it, for end-to-end tests.
+"""`dagster dev` on a temporary embedded default (deploy/dagster.yaml), as a user runs it, for end-to-end tests;
+or on another instance config of deploy/ with the variables it reads.
 
 The test process opens the same Dagster instance and app database, so it can seed pipelines,
 launch runs through the webserver's GraphQL API and read what the runs did.
@@ -12,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,8 @@ class Dev:
     instance: dg.DagsterInstance
     engine: sa.Engine
     site: WebServer
+    env: dict[str, str]
+    """The deployment's environment, for another process of it (a Celery worker)."""
 
     @property
     def sessions(self) -> sessionmaker[Session]:
@@ -174,12 +177,20 @@ def _sensors_ticked(instance: dg.DagsterInstance) -> bool:
 
 
 @contextmanager
-def dagster_dev(directory: Path) -> Iterator[Dev]:
-    """`dagster dev` over workspace.yaml with deploy/dagster.yaml, billing on, crawling a loopback site."""
+def dagster_dev(
+    directory: Path,
+    *,
+    instance_config: Path = REPO_DIR / "deploy" / "dagster.yaml",
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[Dev]:
+    """`dagster dev` over workspace.yaml with deploy/dagster.yaml (or `instance_config`, given the variables it
+    reads in `extra_env`), billing on, crawling a loopback site; the app database is SQLite in `directory` unless
+    `extra_env` names one in PIPELINES_DATABASE_URL."""
+    given = dict(extra_env or {})
     home, data = directory / "dagster-home", directory / "data"
     home.mkdir()
     data.mkdir()
-    shutil.copy(REPO_DIR / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_config, home / "dagster.yaml")
     port = free_port()
     ui_url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPELINES_", "DAGSTER_"))}
@@ -190,12 +201,14 @@ def dagster_dev(directory: Path) -> Iterator[Dev]:
         "PIPELINES_BILLING_ENABLED": "true",
         "PIPELINES_DAGSTER_URL": ui_url,
     }
-    engine = create_engine(f"sqlite:///{(data / 'app.sqlite3').resolve()}")
+    env |= given
+    engine = create_engine(env.get("PIPELINES_DATABASE_URL") or f"sqlite:///{(data / 'app.sqlite3').resolve()}")
     upgrade(engine)
     with pytest.MonkeyPatch.context() as patch, WebServer() as site:
-        # This process seeds and launches on the same instance; deploy/dagster.yaml reads DAGSTER_HOME.
-        patch.setenv("DAGSTER_HOME", str(home))
-        patch.setenv("PIPELINES_DAGSTER_URL", ui_url)
+        # This process seeds and launches on the same instance; deploy/dagster.yaml reads DAGSTER_HOME, the
+        # other configs their own variables too.
+        for name, value in {"DAGSTER_HOME": str(home), "PIPELINES_DAGSTER_URL": ui_url, **given}.items():
+            patch.setenv(name, value)
         instance = dg.DagsterInstance.from_config(str(home))
         process = subprocess.Popen(
             [str(BIN / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
@@ -205,7 +218,9 @@ def dagster_dev(directory: Path) -> Iterator[Dev]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deployment = Dev(process=process, home=home, ui_url=ui_url, instance=instance, engine=engine, site=site)
+        deployment = Dev(
+            process=process, home=home, ui_url=ui_url, instance=instance, engine=engine, site=site, env=env
+        )
         try:
             deadline = time.monotonic() + START_TIMEOUT_SECONDS
             # Up means the webserver has loaded the code location and both lock-release sensors have

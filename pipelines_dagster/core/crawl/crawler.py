@@ -172,7 +172,7 @@ class Crawler:
         """The extraction workers, started if need be (starting them does not wait for them)."""
         with self._workers_lock:
             if self._workers is None:
-                count = self.config.extract_workers or _usable_cores()
+                count = self.config.extract_workers or usable_cores()
                 self._workers = ExtractionWorkers(count, timeout=self.config.extract_timeout)
             return self._workers
 
@@ -200,7 +200,8 @@ def _stored_as(key: str, outcome: CrawlOutcome) -> CrawlOutcome:
     return outcome if key == outcome.url else replace(outcome, url=key)
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from dagster._core.events import JobFailureData
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.app_db.models import Pipeline
+from pipelines_dagster.app_db.models import Pipeline, stored_partition
 from pipelines_dagster.core.ledger.costs import ChargedRun, run_charges
 from pipelines_dagster.crawl_metadata import CrawlMetadata, CrawlProgressMetadata
 from pipelines_dagster.runs import (
@@ -350,7 +350,7 @@ class RunHistory:
             query = query.where(Pipeline.id == pipeline_id)
         with self._sessions() as session:
             rows = session.execute(query).all()
-        return {row.id: row.name for row in rows}, {row.id: row.partition_key or str(row.id) for row in rows}
+        return {row.id: row.name for row in rows}, {row.id: stored_partition(row.id, row.partition_key) for row in rows}
 
     def _run_records(
         self,

@@ -277,7 +277,13 @@ class Pipeline(Base):
     @property
     def partition(self) -> str:
         """The key of its partition of every pipeline asset."""
-        return self.partition_key or str(self.id)
+        return stored_partition(self.id, self.partition_key)
+
+
+def stored_partition(pipeline_id: int, partition_key: str | None) -> str:
+    """A pipeline's partition key from its row: the stored key, or the bare id of a pipeline made before keys
+    carried names."""
+    return partition_key or str(pipeline_id)
 
 
 SLUG_LENGTH = 40

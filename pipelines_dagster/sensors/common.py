@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 from sqlalchemy.orm import Session, sessionmaker
 
-from pipelines_dagster.core.catalog.pipelines import pipeline_names, pipeline_partitions
+from pipelines_dagster.core.catalog.pipelines import pipeline_names_and_partitions
 from pipelines_dagster.core.triggers.fires import Fire, Runs, Taken
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.partitions import PARTITIONS_NAME, pipelines_partitions
@@ -68,10 +68,10 @@ def known_partitions(context: dg.SensorEvaluationContext) -> set[str]:
     return set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
 
 
-def fire_partitions(sessions: sessionmaker[Session], fires: Sequence[Fire]) -> dict[int, str]:
-    """The partition keys of the fires' pipelines: one query."""
+def fire_pipelines(sessions: sessionmaker[Session], fires: Sequence[Fire]) -> tuple[dict[int, str], dict[int, str]]:
+    """The names and the partition keys of the fires' pipelines: one query."""
     with sessions() as session:
-        return pipeline_partitions(session, (fire.pipeline_id for fire in fires))
+        return pipeline_names_and_partitions(session, (fire.pipeline_id for fire in fires))
 
 
 def pipeline_run_request(fire: Fire, keys: Mapping[int, str]) -> dg.RunRequest:
@@ -87,15 +87,9 @@ def a_run_each(fires: Sequence[Fire], keys: Mapping[int, str]) -> list[dg.RunReq
     return [pipeline_run_request(fire, keys) for fire in fires]
 
 
-def named(sessions: sessionmaker[Session], requests: Iterable[dg.RunRequest]) -> list[dg.RunRequest]:
-    """The requests with their pipelines' names in their tags (read in one query), so the Dagster UI's run
-    list says which pipeline each run is for: a name tag, or a batch run's summary with names."""
-    requests = list(requests)
-    ids = {pipeline_id for request in requests for pipeline_id in pipeline_ids_of(request.tags)}
-    if not ids:
-        return requests
-    with sessions() as session:
-        names = pipeline_names(session, ids)
+def named(requests: Iterable[dg.RunRequest], names: Mapping[int, str]) -> list[dg.RunRequest]:
+    """The requests with their pipelines' names in their tags, so the Dagster UI's run list says which pipeline
+    each run is for: a name tag, or a batch run's summary with names."""
     return [request.with_replaced_attrs(tags=with_names(request.tags, names)) for request in requests]
 
 
@@ -172,7 +166,7 @@ def trigger_sensor(
             context.log.info(
                 f"{taken.held} {rows} wait for a run of their pipeline to end: a later tick starts their runs"
             )
-        keys = fire_partitions(app_db.sessions, taken.fires)
-        return trigger_result(context, named(app_db.sessions, requests(taken.fires, keys)), known=known, keys=keys)
+        names, keys = fire_pipelines(app_db.sessions, taken.fires)
+        return trigger_result(context, named(requests(taken.fires, keys), names), known=known, keys=keys)
 
     return evaluate

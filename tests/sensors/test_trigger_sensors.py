@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -258,15 +259,21 @@ def test_a_pipeline_with_a_queued_or_running_ui_launch_gets_no_scheduled_run(ins
     )
 
 
-def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance, app_db, app_engine):
+def failure_lock_release_ticks(instance, app_db, billing: BillingResource) -> Callable[[str | None], str | None]:
+    """One tick of the sensor that frees what failed runs left, from a cursor; it returns the next cursor."""
     [sensor] = [sensor for sensor in lock_release_sensors if sensor.name == "release_locks_of_failure_runs"]
-    billing = BillingResource(app_db=app_db, billing_enabled=True)
     resources = {"locks": DatabaseLocksResource(database_url=app_db.url), "app_db": app_db, "billing": billing}
 
     def tick(cursor: str | None) -> str | None:
         with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
             return sensor.evaluate_tick(context).cursor
 
+    return tick
+
+
+def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance, app_db, app_engine):
+    billing = BillingResource(app_db=app_db, billing_enabled=True)
+    tick = failure_lock_release_ticks(instance, app_db, billing)
     cursor = tick(None)  # a run-status sensor's first tick only sets its cursor
     workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
     run = ui_launch(instance, key_of(app_db, pipeline_id), dg.DagsterRunStatus.STARTED)
@@ -286,14 +293,8 @@ def test_one_lock_release_tick_frees_the_holds_of_thirty_runs_that_failed_since_
     ending runs at a busy deployment's rate does not leave locks and holds waiting behind a queue of ticks."""
     import pipelines_dagster.definitions  # noqa: F401  (loading the code location sets the limit, as in the daemon)
 
-    [sensor] = [sensor for sensor in lock_release_sensors if sensor.name == "release_locks_of_failure_runs"]
     billing = BillingResource(app_db=app_db, billing_enabled=True)
-    resources = {"locks": DatabaseLocksResource(database_url=app_db.url), "app_db": app_db, "billing": billing}
-
-    def tick(cursor: str | None) -> str | None:
-        with dg.build_sensor_context(instance=instance, cursor=cursor, resources=resources) as context:
-            return sensor.evaluate_tick(context).cursor
-
+    tick = failure_lock_release_ticks(instance, app_db, billing)
     cursor = tick(None)
     workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
     runs = [ui_launch(instance, key_of(app_db, pipeline_id), dg.DagsterRunStatus.STARTED) for _ in range(30)]

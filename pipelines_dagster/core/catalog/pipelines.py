@@ -15,7 +15,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.engine import refused_as_sequential
-from pipelines_dagster.app_db.models import Connector, ConnectorType, Folder, Pipeline, PipelineTrigger
+from pipelines_dagster.app_db.models import (
+    Connector,
+    ConnectorType,
+    Folder,
+    Pipeline,
+    PipelineTrigger,
+    stored_partition,
+)
 from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.catalog.connectors import create_connector, reconcile_connector_indexing, set_initial_urls
 from pipelines_dagster.core.catalog.folders import get_or_create_folder
@@ -302,7 +309,7 @@ def is_runnable(pipeline: Pipeline) -> bool:
 
 
 def _keys(session: Session, query: sa.Select[int, str | None]) -> dict[int, str]:
-    return {pipeline_id: stored or str(pipeline_id) for pipeline_id, stored in session.execute(query)}
+    return {pipeline_id: stored_partition(pipeline_id, stored) for pipeline_id, stored in session.execute(query)}
 
 
 def runnable_partitions(session: Session, pipeline_ids: Iterable[int] | None = None) -> dict[int, str]:
@@ -333,10 +340,14 @@ def pipeline_partitions(session: Session, pipeline_ids: Iterable[int]) -> dict[i
     return _keys(session, sa.select(Pipeline.id, Pipeline.partition_key).where(Pipeline.id.in_(ids)))
 
 
-def pipeline_names(session: Session, pipeline_ids: Iterable[int]) -> dict[int, str]:
-    """The names of these pipelines (those that exist), by id: one query."""
+def pipeline_names_and_partitions(
+    session: Session, pipeline_ids: Iterable[int]
+) -> tuple[dict[int, str], dict[int, str]]:
+    """The names and the partition keys of these pipelines (those that exist), by id: one query."""
     ids = sorted(set(pipeline_ids))
     if not ids:
-        return {}
-    rows = session.execute(sa.select(Pipeline.id, Pipeline.name).where(Pipeline.id.in_(ids)))
-    return dict(rows.all())
+        return {}, {}
+    rows = session.execute(
+        sa.select(Pipeline.id, Pipeline.name, Pipeline.partition_key).where(Pipeline.id.in_(ids))
+    ).all()
+    return {row.id: row.name for row in rows}, {row.id: stored_partition(row.id, row.partition_key) for row in rows}

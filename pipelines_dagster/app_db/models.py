@@ -265,6 +265,9 @@ class Pipeline(Base):
     # How long one run may take before it is stopped (and continued by another, from what it stored);
     # NULL: the deployment's run_monitoring.max_runtime_seconds.
     max_runtime_seconds: Mapped[int | None] = mapped_column(sa.Integer)
+    # The Celery queue its runs go to under the Celery profile, so heavy crawls can have workers of their own;
+    # NULL: the run launcher's default queue.
+    worker_queue: Mapped[str | None] = mapped_column(sa.String(64))
     # Its Dagster partition's key, set as it is inserted (`_give_partition_key`) and never changed; NULL for a
     # pipeline made before keys carried names, whose key is its bare id (see `partition`).
     partition_key: Mapped[str | None] = mapped_column(sa.String(64), index=True, unique=True)

@@ -139,3 +139,26 @@ def validate_max_runtime(seconds: object, *, field: str = "max_runtime_seconds")
             f"got {seconds!r}; leave it out (or null) for the deployment's maximum runtime",
         )
     return seconds
+
+
+MAX_QUEUE_NAME_LENGTH = 64
+# Conservative: what RabbitMQ and Redis take as a queue name and Celery's `--queues` reads as one name (no commas,
+# no blanks), whatever the broker.
+QUEUE_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_QUEUE_NAME_LENGTH}}}")
+# RabbitMQ keeps the queue names starting so for itself.
+RESERVED_QUEUE_PREFIX = "amq."
+
+
+def validate_queue_name(name: object, *, field: str = "worker_queue") -> str:
+    """A Celery queue's name that runs can be sent to and a worker can take (`pipelines-dagster worker --queue`)."""
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise InvalidInputError(
+            field,
+            f"{name!r} is not a queue name: give one name of 1 to {MAX_QUEUE_NAME_LENGTH} letters, digits, '.', "
+            "'_' or '-' (no spaces, without commas)",
+        )
+    if name.startswith(RESERVED_QUEUE_PREFIX):
+        raise InvalidInputError(
+            field, f"{name!r}: names starting with {RESERVED_QUEUE_PREFIX!r} are RabbitMQ's own; choose another"
+        )
+    return name

@@ -51,6 +51,14 @@ def old_pipeline(conn: sa.Connection, workspace: int, name: str) -> int:
     )
 
 
+def pipeline_at(engine: sa.Engine, revision: str) -> tuple[int, int]:
+    """The database at `revision`, holding a workspace and a pipeline "made before" the next one: their ids."""
+    upgrade(engine, revision)
+    with engine.begin() as conn:
+        workspace = insert(conn, "workspaces", name="acme", owner_user_id="u", created_at="2026-11-01")
+        return workspace, old_pipeline(conn, workspace, "made before")
+
+
 def old_document(workspace_id: int, pipeline_id: int | None, url: str | None, **values: object) -> dict[str, object]:
     return {
         "workspace_id": workspace_id,

@@ -6,15 +6,11 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.migrate import upgrade
-from tests.app_db.test_document_per_pipeline import insert, old_pipeline
+from tests.app_db.test_document_per_pipeline import pipeline_at
 
 
 def test_upgrade_keeps_every_pipeline_on_the_deployments_max_runtime(empty_database: sa.Engine):
-    upgrade(empty_database, "0010")
-    with empty_database.begin() as conn:
-        workspace = insert(conn, "workspaces", name="acme", owner_user_id="u", created_at="2026-11-01")
-        made = old_pipeline(conn, workspace, "made before")
-
+    _, made = pipeline_at(empty_database, "0010")
     upgrade(empty_database, "0011")
     with empty_database.begin() as conn:
         rows = conn.execute(sa.text("SELECT id, name, max_runtime_seconds FROM pipelines")).all()

@@ -18,15 +18,11 @@ from pipelines_dagster.core.catalog.pipelines import (
     runnable_partitions,
     update_pipeline,
 )
-from tests.app_db.test_document_per_pipeline import insert, old_pipeline
+from tests.app_db.test_document_per_pipeline import pipeline_at
 
 
 def test_old_pipelines_keep_their_ids_and_new_ones_get_named_keys_that_a_rename_leaves(empty_database: sa.Engine):
-    upgrade(empty_database, "0012")
-    with empty_database.begin() as conn:
-        workspace = insert(conn, "workspaces", name="acme", owner_user_id="u", created_at="2026-11-01")
-        made_before = old_pipeline(conn, workspace, "made before")
-
+    workspace, made_before = pipeline_at(empty_database, "0012")
     upgrade(empty_database)
     sessions = session_factory(empty_database)
     with transaction(sessions) as session:

@@ -32,7 +32,7 @@ from pipelines_dagster.core.catalog.templates import BY_KEY, template_key
 from pipelines_dagster.core.catalog.workspaces import get_workspace
 from pipelines_dagster.core.crawl.site.config import SiteConfig
 from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
-from pipelines_dagster.core.validation import validate_max_runtime, validate_name, validate_urls
+from pipelines_dagster.core.validation import validate_max_runtime, validate_name, validate_queue_name, validate_urls
 
 T = TypeVar("T")
 
@@ -69,6 +69,8 @@ class PipelineChanges:
     retry: RetryPolicy | Keep = KEEP
     max_runtime_seconds: int | Keep | None = KEEP
     """How long one run may take; None: the deployment's maximum runtime."""
+    worker_queue: str | Keep | None = KEEP
+    """The Celery queue its runs go to; None: the run launcher's default queue."""
 
 
 def _given(value: T | Keep) -> T | None:
@@ -151,6 +153,7 @@ def create_pipeline(
     created_by: str | None = None,
     retry: RetryPolicy | None = None,
     max_runtime_seconds: int | None = None,
+    worker_queue: str | None = None,
     now: datetime | None = None,
 ) -> Pipeline:
     """A user pipeline over a connector of the workspace (None: uploads), checked as a whole first."""
@@ -161,6 +164,7 @@ def create_pipeline(
     own_urls = _own_urls(connector, urls) if urls is not None else None
     _one_folder(folder_name is not None, folder_id is not None)
     max_runtime = validate_max_runtime(max_runtime_seconds) if max_runtime_seconds is not None else None
+    queue = validate_queue_name(worker_queue) if worker_queue is not None else None
     pipeline = Pipeline(
         workspace_id=workspace_id,
         connector_id=connector_id,
@@ -171,6 +175,7 @@ def create_pipeline(
         created_by=created_by or workspace.owner_user_id,
         config={},
         max_runtime_seconds=max_runtime,
+        worker_queue=queue,
     )
     set_initial_urls(pipeline, own_urls)
     (retry or RetryPolicy()).apply_to(pipeline)
@@ -224,6 +229,9 @@ def update_pipeline(
     if changes.max_runtime_seconds is not KEEP:
         runtime = _given(changes.max_runtime_seconds)
         pipeline.max_runtime_seconds = validate_max_runtime(runtime) if runtime is not None else None
+    if changes.worker_queue is not KEEP:
+        queue = _given(changes.worker_queue)
+        pipeline.worker_queue = validate_queue_name(queue) if queue is not None else None
     if not isinstance(changes.enabled, Keep):
         pipeline.enabled = changes.enabled
     if pipeline.enabled and pipeline.connector_id is None and template_key(pipeline) is not None:
@@ -351,3 +359,15 @@ def pipeline_names_and_partitions(
         sa.select(Pipeline.id, Pipeline.name, Pipeline.partition_key).where(Pipeline.id.in_(ids))
     ).all()
     return {row.id: row.name for row in rows}, {row.id: stored_partition(row.id, row.partition_key) for row in rows}
+
+
+def pipeline_queues(session: Session, pipeline_ids: Iterable[int]) -> dict[int, str]:
+    """The Celery queues these pipelines' runs go to, by id, for those that have one of their own (a pipeline
+    without one, or that does not exist, is left out: its runs take the run launcher's default): one query."""
+    ids = sorted(set(pipeline_ids))
+    if not ids:
+        return {}
+    rows = session.execute(
+        sa.select(Pipeline.id, Pipeline.worker_queue).where(Pipeline.id.in_(ids), Pipeline.worker_queue.is_not(None))
+    )
+    return {pipeline_id: queue for pipeline_id, queue in rows if queue is not None}

@@ -56,9 +56,11 @@ def own_schedule(sessions, connector_id: int) -> tuple[PipelineTrigger, Connecto
         return trigger, session.get(Connector, connector_id)
 
 
-def user_pipeline(sessions, workspace_id: int, connector_id: int, name: str) -> int:
+def user_pipeline(sessions, workspace_id: int, connector_id: int, name: str, **fields) -> int:
     with transaction(sessions) as session:
-        return create_pipeline(session, workspace_id=workspace_id, connector_id=connector_id, name=name, now=NOW).id
+        return create_pipeline(
+            session, workspace_id=workspace_id, connector_id=connector_id, name=name, now=NOW, **fields
+        ).id
 
 
 def set_enabled(sessions, workspace_id: int, pipeline_id: int, enabled: bool, now: datetime = NOW) -> None:
@@ -232,6 +234,7 @@ def snapshot(sessions, pipeline_id: int) -> dict:
             "folder_id": pipeline.destination_folder_id,
             "urls": initial_urls(pipeline),
             "retry": RetryPolicy.of(pipeline),
+            "worker_queue": pipeline.worker_queue,
             "schedule": None if trigger is None else (ScheduleSpec.of(trigger), trigger.next_fire_at),
         }
 
@@ -288,6 +291,7 @@ def test_create_takes_a_folder_id_urls_a_schedule_and_a_retry_policy(sessions, w
         "folder_id": folder_id,
         "urls": ["https://example.com/a"],
         "retry": policy,
+        "worker_queue": None,
         "schedule": (ScheduleSpec(every_minutes=15), NOW + timedelta(minutes=15)),
     }
 

@@ -12,6 +12,8 @@ import click
 
 from pipelines_dagster.cli.common import user_errors
 from pipelines_dagster.core.crawl.crawler import usable_cores
+from pipelines_dagster.core.errors import InvalidInputError
+from pipelines_dagster.core.validation import validate_queue_name
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import Settings, load_settings
 
@@ -24,8 +26,6 @@ CELERY_PROFILE = "deploy/dagster.celery.yaml"
 # per 200 runs.
 MAX_TASKS_PER_CHILD = 200
 DEFAULT_NAME = "pipelines"
-# RabbitMQ keeps the queue names starting so for itself.
-RESERVED_QUEUE_PREFIX = "amq."
 # How Dagster says an instance config names a variable that is not set.
 UNSET_VARIABLE = re.compile(r'environment variable "([^"]+)" which is not set')
 
@@ -55,12 +55,12 @@ def worker_argv(*, queues: Sequence[str], concurrency: int, name: str) -> list[s
 
 
 def _queue_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    # The rule a pipeline's worker_queue passes, so every queue a run can be sent to is one a worker can take.
     for queue in value:
-        # Celery reads a comma as between two queue names.
-        if not queue.strip() or queue != queue.strip() or "," in queue:
-            raise click.BadParameter(f"{queue!r} is not a queue name: give one name per --queue, without commas")
-        if queue.startswith(RESERVED_QUEUE_PREFIX):
-            raise click.BadParameter(f"{queue!r}: names starting with {RESERVED_QUEUE_PREFIX!r} are RabbitMQ's own")
+        try:
+            validate_queue_name(queue)
+        except InvalidInputError as exc:
+            raise click.BadParameter(exc.message) from None
     return value
 
 

@@ -67,6 +67,7 @@ def create_pipeline(workspace_id: WorkspaceId, body: PipelineCreate, api: Api) -
             enabled=body.enabled,
             retry=body.retry_policy.policy() if body.retry_policy is not None else None,
             max_runtime_seconds=body.max_runtime_seconds,
+            worker_queue=body.worker_queue,
         )
         return _read(session, pipeline)
 

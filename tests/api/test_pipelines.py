@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector, Folder, Pipeline, PipelineTrigger
+from pipelines_dagster.core.catalog.pipelines import pipeline_queues
 from pipelines_dagster.core.run.plan import plan_run
 from pipelines_dagster.partitions import pipelines_partitions
 from tests.api.conftest import Tenant, new_tenant
@@ -23,7 +24,17 @@ def create(client, tenant: Tenant, **fields):
     return client.post(tenant.pipelines, headers=tenant.headers, json={"connector_id": tenant.connector_id, **fields})
 
 
-WRITABLE = ("name", "connector_id", "save_to_kb", "enabled", "folder_id", "schedule", "urls", "max_runtime_seconds")
+WRITABLE = (
+    "name",
+    "connector_id",
+    "save_to_kb",
+    "enabled",
+    "folder_id",
+    "schedule",
+    "urls",
+    "max_runtime_seconds",
+    "worker_queue",
+)
 
 
 def replacement(shown: dict, **fields) -> dict:
@@ -114,6 +125,11 @@ INVALID_BODIES = [
     ({"name": "p", "max_runtime_seconds": 60.5}, ["max_runtime_seconds"]),
     ({"name": "p", "max_runtime_seconds": "3600"}, ["max_runtime_seconds"]),
     ({"name": "p", "max_runtime_seconds": True}, ["max_runtime_seconds"]),
+    ({"name": "p", "worker_queue": ""}, ["worker_queue"]),
+    ({"name": "p", "worker_queue": "a,b"}, ["worker_queue"]),
+    ({"name": "p", "worker_queue": "amq.gen"}, ["worker_queue"]),
+    ({"name": "p", "worker_queue": "q" * 65}, ["worker_queue"]),
+    ({"name": "p", "worker_queue": 7}, ["worker_queue"]),
     (
         {"name": "", "urls": ["nope"], "schedule": {"cron": "61 * * * *", "timezone": "Nowhere/None"}},
         ["name", "schedule.cron", "schedule.timezone", "urls"],
@@ -185,6 +201,7 @@ def test_put_replaces_the_pipeline_with_the_whole_one_given(client, sessions, te
         urls=None,
         retry_policy={"backoff": "linear", "max_retries": 1, "delay_seconds": 10},
         max_runtime_seconds=600,
+        worker_queue="site-crawls",
     )
     replaced = client.put(path, headers=tenant.headers, json=whole).json()
     assert {name: replaced[name] for name in WRITABLE} == {name: whole[name] for name in WRITABLE}
@@ -285,6 +302,24 @@ def test_a_max_runtime_is_set_at_creation_shown_changed_and_reset_to_the_deploym
     )
     with sessions() as session:
         assert plan_run(session, long["id"]).max_runtime_seconds is None
+
+
+def test_a_worker_queue_is_set_at_creation_shown_changed_and_given_back_to_the_default(client, sessions, tenant):
+    assert create(client, tenant, name="default").json()["worker_queue"] is None
+    heavy = create(client, tenant, name="heavy", worker_queue="site-crawls").json()
+    assert heavy["worker_queue"] == "site-crawls"
+    path = f"{tenant.pipelines}/{heavy['id']}"
+    refused = client.patch(path, headers=tenant.headers, json={"worker_queue": "amq.direct"})
+    assert fields_of(refused) == ["worker_queue"]
+    assert "RabbitMQ's own" in refused.json()["detail"][0]["message"]
+    assert client.get(path, headers=tenant.headers).json()["worker_queue"] == "site-crawls"
+    assert client.patch(path, headers=tenant.headers, json={"name": "renamed"}).json()["worker_queue"] == "site-crawls"
+    assert client.patch(path, headers=tenant.headers, json={"worker_queue": "bulk"}).json()["worker_queue"] == "bulk"
+    with sessions() as session:
+        assert pipeline_queues(session, [heavy["id"]]) == {heavy["id"]: "bulk"}
+    assert client.patch(path, headers=tenant.headers, json={"worker_queue": None}).json()["worker_queue"] is None
+    with sessions() as session:
+        assert pipeline_queues(session, [heavy["id"]]) == {}
 
 
 def test_put_refuses_null_for_fields_that_have_no_null(client, tenant):

@@ -26,11 +26,13 @@ from pipelines_dagster.core.catalog.retry import (
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, validate_cron, validate_timezone
 from pipelines_dagster.core.catalog.templates import disabled_reason, template_key
 from pipelines_dagster.core.validation import (
+    MAX_QUEUE_NAME_LENGTH,
     MAX_RUNTIME_SECONDS,
     MIN_RUNTIME_SECONDS,
     Id,
     field_rule,
     validate_name,
+    validate_queue_name,
     validate_urls,
 )
 
@@ -74,6 +76,15 @@ MaxRuntime = Annotated[
         "pages it stored (up to 3 times), so a long polite crawl finishes across runs.",
         examples=[14400],
     ),
+]
+WORKER_QUEUE = (
+    "The Celery queue its runs go to under the Celery profile (deploy/dagster.celery.yaml); null: the launcher's "
+    "default queue. Workers take a queue with `pipelines-dagster worker --queue NAME`."
+)
+WorkerQueue = Annotated[
+    str,
+    Field(max_length=MAX_QUEUE_NAME_LENGTH, description=WORKER_QUEUE, examples=["site-crawls"]),
+    field_rule(validate_queue_name),
 ]
 
 
@@ -130,6 +141,7 @@ class PipelineCreate(RequestBody):
     urls: Urls | None = None
     retry_policy: RetryPolicyIn | None = Field(default=None, description="Default: exponential, 3 retries, 2 s.")
     max_runtime_seconds: MaxRuntime | None = None
+    worker_queue: WorkerQueue | None = None
 
 
 class PipelineChange(RequestBody):
@@ -163,6 +175,7 @@ class PipelineUpdate(PipelineChange):
     urls: Urls | None = None
     retry_policy: RetryPolicyIn = None  # type: ignore[assignment]
     max_runtime_seconds: MaxRuntime | None = Field(default=None, description="Null: the deployment's maximum runtime.")
+    worker_queue: WorkerQueue | None = None
 
     @field_validator("name", "save_to_kb", "enabled", "connector_id", "retry_policy", mode="before")
     @classmethod
@@ -174,7 +187,8 @@ class PipelineUpdate(PipelineChange):
 
 class PipelineReplace(PipelineChange):
     """The whole pipeline, as `PUT` replaces it: every field is required; null is the root folder, no schedule, the
-    connector's URLs and the deployment's maximum runtime. PATCH changes only the fields it is given."""
+    connector's URLs, the deployment's maximum runtime and the launcher's default queue. PATCH changes only the
+    fields it is given."""
 
     name: Name
     connector_id: Id = Field(description="The connector it crawls.")
@@ -185,6 +199,7 @@ class PipelineReplace(PipelineChange):
     urls: Urls | None
     retry_policy: RetryPolicyIn
     max_runtime_seconds: MaxRuntime | None
+    worker_queue: WorkerQueue | None
 
 
 class ScheduleOut(BaseModel):
@@ -224,6 +239,7 @@ class PipelineOut(BaseModel):
     max_runtime_seconds: int | None = Field(
         description="How long one run may take before it is stopped and continued; null: the deployment's."
     )
+    worker_queue: str | None = Field(description=WORKER_QUEUE)
     partition_key: str | None = Field(
         description="Its partition of the Dagster assets (crawl_results ...), the key to pick in the Dagster UI's "
         "Materialize dialog; null while it cannot run (disabled, or no connector)."
@@ -248,6 +264,7 @@ class PipelineOut(BaseModel):
             schedule=None if schedule is None else ScheduleOut.of(schedule),
             retry_policy=RetryPolicyOut.of(RetryPolicy.of(pipeline)),
             max_runtime_seconds=pipeline.max_runtime_seconds,
+            worker_queue=pipeline.worker_queue,
             partition_key=pipeline.partition if is_runnable(pipeline) else None,
             created_at=pipeline.created_at,
             updated_at=pipeline.updated_at,

@@ -259,6 +259,26 @@ def test_a_pipelines_max_runtime_is_set_changed_and_given_back_to_the_deployment
     assert reset["max_runtime_seconds"] is None
 
 
+def test_a_pipelines_worker_queue_is_set_shown_changed_and_given_back_to_the_default(cli, workspace, connector):
+    ws = str(workspace["id"])
+    args = ["--workspace", ws, "--connector", str(connector["id"])]
+    made = cli.json("pipeline", "create", *args, "--name", "site", "--queue", "site-crawls")
+    assert made["worker_queue"] == "site-crawls"
+    assert cli.json("pipeline", "create", *args, "--name", "plain")["worker_queue"] is None
+    refused = cli("pipeline", "create", *args, "--name", "bad", "--queue", "a,b", ok=False)
+    assert "--worker-queue: 'a,b' is not a queue name" in refused.output
+    update = ["pipeline", "update", "--workspace", ws, "--pipeline", str(made["id"])]
+    assert cli.json(*update, "--name", "whole site")["worker_queue"] == "site-crawls"
+    assert cli.json(*update, "--worker-queue", "bulk")["worker_queue"] == "bulk"
+    listed = [line.split("\t") for line in cli("pipeline", "list", "--workspace", ws).output.splitlines()]
+    assert [name for _, name, state, _ in listed if state.endswith(", on queue bulk")] == ["whole site"]
+    shown = cli("pipeline", "show", "--workspace", ws, "--pipeline", str(made["id"])).output
+    assert ", on queue bulk\t" in shown
+    reset = cli.json(*update, "--default-queue")
+    assert reset["worker_queue"] is None
+    assert "on queue" not in cli("pipeline", "show", "--workspace", ws, "--pipeline", str(made["id"])).output
+
+
 def test_pipeline_create_with_a_linear_retry_policy(cli, workspace, connector):
     made = cli.json(
         "pipeline",
@@ -709,6 +729,8 @@ def test_pipeline_update_show_and_list_answer_with_the_apis_fields(cli, workspac
             ["--max-runtime-seconds", "60", "--default-max-runtime"],
             "--default-max-runtime: give --max-runtime-seconds or",
         ),
+        (["--queue", "amq.direct"], "--worker-queue: 'amq.direct': names starting with 'amq.' are RabbitMQ's own"),
+        (["--queue", "bulk", "--default-queue"], "--default-queue: give --worker-queue (--queue) or --default-queue"),
     ],
 )
 def test_pipeline_update_bad_input_names_the_option_and_writes_nothing(cli, workspace, connector, extra, reason):

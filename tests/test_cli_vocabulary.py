@@ -49,6 +49,7 @@ CLI_ONLY = {
     "--no-urls": "urls: null",
     "--no-schedule": "schedule: null",
     "--default-max-runtime": "max_runtime_seconds: null",
+    "--default-queue": "worker_queue: null",
 }
 
 

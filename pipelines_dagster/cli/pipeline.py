@@ -18,6 +18,7 @@ from pipelines_dagster.cli.pipeline_options import (
     retry_options,
     schedule_of,
     schedule_options,
+    worker_queue_option,
 )
 from pipelines_dagster.cli.runs import run_now
 from pipelines_dagster.core.catalog.pipelines import (
@@ -53,6 +54,7 @@ def pipeline() -> None:
 @click.option("--disabled", is_flag=True, help="Create the pipeline switched off.")
 @retry_options(defaults=True)
 @max_runtime_option
+@worker_queue_option
 @json_option
 @user_errors
 def pipeline_create(
@@ -71,6 +73,7 @@ def pipeline_create(
     max_retries: int,
     delay_seconds: float,
     max_runtime_seconds: int | None,
+    worker_queue: str | None,
     as_json: bool,
 ) -> None:
     """Create a pipeline over a connector, optionally on a schedule."""
@@ -93,6 +96,7 @@ def pipeline_create(
             enabled=not disabled,
             retry=retry,
             max_runtime_seconds=max_runtime_seconds,
+            worker_queue=worker_queue,
         )
         shown = read_pipeline(session, created)
     next_fire_at = shown.schedule.next_fire_at if shown.schedule else None
@@ -101,7 +105,7 @@ def pipeline_create(
 
 
 def describe(shown: PipelineOut) -> str:
-    """One line per pipeline: id, name, state, schedule, and its partition in the Dagster UI."""
+    """One line per pipeline: id, name, state, schedule, its own worker queue, and its partition in the Dagster UI."""
     schedule = shown.schedule
     if schedule is None:
         when = "no schedule"
@@ -112,8 +116,9 @@ def describe(shown: PipelineOut) -> str:
         when = f"{every}, next {schedule.next_fire_at.isoformat()}" if schedule.next_fire_at else f"{every}, off"
     state = "enabled" if shown.enabled else f"disabled ({shown.disabled_reason})"
     managed = ", connector's own indexing" if shown.system_managed else ""
+    queue = f", on queue {shown.worker_queue}" if shown.worker_queue else ""
     partition = f"partition {shown.partition_key}" if shown.partition_key else "no partition (cannot run)"
-    return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}\t{partition}"
+    return f"{shown.id}\t{shown.name}\t{state}, {when}{managed}{queue}\t{partition}"
 
 
 def read_pipeline(session: Session, pipeline: Pipeline) -> PipelineOut:
@@ -143,6 +148,8 @@ def read_pipeline(session: Session, pipeline: Pipeline) -> PipelineOut:
 @retry_options(defaults=False)
 @max_runtime_option
 @click.option("--default-max-runtime", is_flag=True, help="Use the deployment's maximum runtime again.")
+@worker_queue_option
+@click.option("--default-queue", is_flag=True, help="Send its runs to the run launcher's default queue again.")
 @json_option
 @user_errors
 def pipeline_update(
@@ -166,6 +173,8 @@ def pipeline_update(
     delay_seconds: float | None,
     max_runtime_seconds: int | None,
     default_max_runtime: bool,
+    worker_queue: str | None,
+    default_queue: bool,
     as_json: bool,
 ) -> None:
     """Change the options given and leave the rest (any of --backoff, --max-retries and --delay-seconds sets
@@ -175,6 +184,7 @@ def pipeline_update(
     refuse_both("no_urls", no_urls, bool(urls), "--url")
     refuse_both("no_schedule", no_schedule, schedule is not None, "--cron, --timezone, --every-minutes")
     refuse_both("default_max_runtime", default_max_runtime, max_runtime_seconds is not None, "--max-runtime-seconds")
+    refuse_both("default_queue", default_queue, worker_queue is not None, "--worker-queue (--queue)")
     changes = PipelineChanges(
         name=keep(name),
         save_to_kb=keep(save_to_kb),
@@ -186,6 +196,7 @@ def pipeline_update(
         schedule=None if no_schedule else keep(schedule),
         retry=keep(retry_of(backoff, max_retries, delay_seconds)),
         max_runtime_seconds=None if default_max_runtime else keep(max_runtime_seconds),
+        worker_queue=None if default_queue else keep(worker_queue),
     )
     from pipelines_dagster import services
 

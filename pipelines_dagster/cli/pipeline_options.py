@@ -1,5 +1,5 @@
-"""The options that set a pipeline's schedule, retry policy and maximum runtime, which `pipeline create` and
-`pipeline update` share, and what an option left out of an update means."""
+"""The options that set a pipeline's schedule, retry policy, maximum runtime and worker queue, which
+`pipeline create` and `pipeline update` share, and what an option left out of an update means."""
 
 from __future__ import annotations
 
@@ -102,6 +102,17 @@ max_runtime_option = click.option(
     default=None,
     help="Seconds one run may take (10 to 604800); a crawl past it is continued by a new run from the pages "
     "it stored. Default: the deployment's maximum runtime.",
+)
+
+# Spelled as the API field; `--queue` as the worker's option that takes the queue.
+worker_queue_option = click.option(
+    "--worker-queue",
+    "--queue",
+    "worker_queue",
+    metavar="NAME",
+    default=None,
+    help="The Celery queue its runs go to under the Celery profile, taken by `pipelines-dagster worker --queue "
+    "NAME`. Default: the run launcher's default queue.",
 )
 
 

@@ -144,7 +144,8 @@ def validate_max_runtime(seconds: object, *, field: str = "max_runtime_seconds")
 MAX_QUEUE_NAME_LENGTH = 64
 # Conservative: what RabbitMQ and Redis take as a queue name and Celery's `--queues` reads as one name (no commas,
 # no blanks), whatever the broker.
-QUEUE_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_QUEUE_NAME_LENGTH}}}")
+QUEUE_NAME_PATTERN = rf"[A-Za-z0-9._-]{{1,{MAX_QUEUE_NAME_LENGTH}}}"
+QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
 # RabbitMQ keeps the queue names starting so for itself.
 RESERVED_QUEUE_PREFIX = "amq."
 

@@ -3,6 +3,7 @@ how it, its schedule and its retry policy are shown."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -26,9 +27,10 @@ from pipelines_dagster.core.catalog.retry import (
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, validate_cron, validate_timezone
 from pipelines_dagster.core.catalog.templates import disabled_reason, template_key
 from pipelines_dagster.core.validation import (
-    MAX_QUEUE_NAME_LENGTH,
     MAX_RUNTIME_SECONDS,
     MIN_RUNTIME_SECONDS,
+    QUEUE_NAME_PATTERN,
+    RESERVED_QUEUE_PREFIX,
     Id,
     field_rule,
     validate_name,
@@ -83,7 +85,12 @@ WORKER_QUEUE = (
 )
 WorkerQueue = Annotated[
     str,
-    Field(max_length=MAX_QUEUE_NAME_LENGTH, description=WORKER_QUEUE, examples=["site-crawls"]),
+    Field(
+        description=WORKER_QUEUE,
+        examples=["site-crawls"],
+        # The rule for clients to read; the validator below answers with what to fix.
+        json_schema_extra={"pattern": f"^(?!{re.escape(RESERVED_QUEUE_PREFIX)}){QUEUE_NAME_PATTERN}$"},
+    ),
     field_rule(validate_queue_name),
 ]
 

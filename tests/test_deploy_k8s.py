@@ -67,8 +67,8 @@ def _snake_keys(values: Mapping[str, Any], *, known: set[str], where: str) -> di
     return {_snake(key): value for key, value in values.items() if value is not None}
 
 
-# What dagster-io/dagster's helm/dagster/templates/configmap-instance.yaml writes of each block, by the keys of
-# the daemon values schema (schema/charts/dagster/subschema/daemon.py) that it writes.
+# The keys of queuedRunCoordinator that _run-coordinator.tpl writes, and of sensors and schedules that
+# configmap-instance.yaml writes (the daemon values schema, schema/charts/dagster/subschema/daemon.py).
 QUEUED_KEYS = {
     "maxConcurrentRuns",
     "tagConcurrencyLimits",
@@ -76,25 +76,15 @@ QUEUED_KEYS = {
     "dequeueUseThreads",
     "dequeueNumWorkers",
 }
-RUN_MONITORING_KEYS = {
-    "enabled",
-    "startTimeoutSeconds",
-    "cancelTimeoutSeconds",
-    "maxRuntimeSeconds",
-    "maxResumeRunAttempts",
-    "pollIntervalSeconds",
-    "freeSlotsAfterRunEndSeconds",
-}
-RUN_RETRIES_KEYS = {"enabled", "maxRetries", "retryOnAssetOrOpFailure"}
 THREADS_KEYS = {"useThreads", "numWorkers", "numSubmitWorkers"}
 
 
 def chart_instance_config(values: Mapping[str, Any]) -> dict[str, Any]:
     """The dagster.yaml Dagster's chart renders from `values`, for the blocks deploy/k8s/values.yaml sets, as the
     chart's templates/configmap-instance.yaml and helpers/instance/*.tpl write them: storage (_postgresql.tpl,
-    the same config for run, event log and schedule storage), run_launcher (_run-launcher.tpl's custom
-    launcher: module, class and config as given), run_coordinator (_run-coordinator.tpl), concurrency
-    (_concurrency.tpl), run_monitoring, run_retries, sensors, schedules, python_logs and telemetry."""
+    one config for run, event log and schedule storage), run_launcher (_run-launcher.tpl's custom launcher:
+    module, class and config as given), run_coordinator (_run-coordinator.tpl), sensors, schedules,
+    python_logs, telemetry, and additionalInstanceConfig appended as given."""
     postgresql = values["postgresql"]
     assert values.get("global", {}).get("postgresqlSecretUsernameKey") is None, "the user is written, not read"
     postgres_db = {
@@ -131,17 +121,10 @@ def chart_instance_config(values: Mapping[str, Any]) -> dict[str, Any]:
         },
         "telemetry": {"enabled": values["telemetry"]["enabled"]},
     }
-    concurrency = values.get("concurrency", {})
-    if concurrency.get("enabled"):
-        assert set(concurrency) <= {"enabled", "runs"}, "only concurrency.runs is rendered here"
-        runs = _snake_keys(concurrency["runs"], known={"maxConcurrentRuns", "tagConcurrencyLimits"}, where="runs")
-        rendered["concurrency"] = {"runs": runs}
-    if daemon["runMonitoring"]["enabled"]:
-        rendered["run_monitoring"] = _snake_keys(
-            daemon["runMonitoring"], known=RUN_MONITORING_KEYS, where="runMonitoring"
-        )
-    if daemon["runRetries"]["enabled"]:
-        rendered["run_retries"] = _snake_keys(daemon["runRetries"], known=RUN_RETRIES_KEYS, where="runRetries")
+    # Blocks these values write through additionalInstanceConfig, as the profile has them; not followed here.
+    own_blocks = {"runMonitoring": daemon["runMonitoring"], "runRetries": daemon["runRetries"], **values}
+    enabled = [key for key in ("runMonitoring", "runRetries", "concurrency") if own_blocks[key]["enabled"]]
+    assert not enabled, f"{enabled}: set these blocks in additionalInstanceConfig, as the Celery profile has them"
     for block in ("sensors", "schedules"):
         if daemon[block]["useThreads"]:
             rendered[block] = _snake_keys(daemon[block], known=THREADS_KEYS, where=block)
@@ -149,7 +132,10 @@ def chart_instance_config(values: Mapping[str, Any]) -> dict[str, Any]:
         rendered["python_logs"] = _snake_keys(
             logs, known={"pythonLogLevel", "managedPythonLoggers", "dagsterHandlerConfig"}, where="pythonLogs"
         )
-    return rendered
+    additional = values.get("additionalInstanceConfig") or {}
+    twice = set(additional) & set(rendered)
+    assert not twice, f"additionalInstanceConfig writes {sorted(twice)} a second time"
+    return rendered | additional
 
 
 @pytest.fixture(scope="module")
@@ -217,23 +203,15 @@ def test_every_instance_config_loads_through_dagsters_config_schema(
 
 
 def test_the_charts_launcher_is_the_celery_profiles(values, celery) -> None:
-    custom = values["runLauncher"]["config"]["customRunLauncher"]
     assert values["runLauncher"]["type"] == "CustomRunLauncher"
-    assert {key: custom[key] for key in ("module", "class", "config")} == celery["run_launcher"]
-    assert set(custom) == {"module", "class", "config"}
+    assert values["runLauncher"]["config"]["customRunLauncher"] == celery["run_launcher"]
 
 
 def test_the_chart_renders_the_celery_profiles_queue_limits_monitoring_retries_and_logging(values, celery) -> None:
     rendered = chart_instance_config(values)
-    assert rendered["run_launcher"] == celery["run_launcher"]
     assert rendered["run_coordinator"]["class"] == celery["run_coordinator"]["class"]
     assert rendered["run_coordinator"]["config"] == celery["run_coordinator"]["config"]
-    assert rendered["concurrency"] == celery["concurrency"]
-    monitoring = rendered["run_monitoring"]
-    # Written by the chart whatever is set: 0 frees no slots, as when the key is absent.
-    assert monitoring.pop("free_slots_after_run_end_seconds") == 0
-    assert monitoring == celery["run_monitoring"]
-    for block in ("run_retries", "sensors", "schedules", "python_logs", "telemetry"):
+    for block in ("concurrency", "run_monitoring", "run_retries", "sensors", "schedules", "python_logs", "telemetry"):
         assert rendered[block] == celery[block], block
     # Storage in PostgreSQL, by the driver that is installed.
     for block in ("run_storage", "event_log_storage", "schedule_storage"):
@@ -242,9 +220,16 @@ def test_the_chart_renders_the_celery_profiles_queue_limits_monitoring_retries_a
 
 def test_a_value_the_chart_would_not_write_is_refused_rather_than_dropped(values) -> None:
     misspelt = yaml.safe_load(yaml.safe_dump(values))
-    misspelt["dagsterDaemon"]["runMonitoring"]["maxRuntimeSecond"] = 60
-    with pytest.raises(AssertionError, match="maxRuntimeSecond"):
+    misspelt["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]["dequeueIntervalSecond"] = 5
+    with pytest.raises(AssertionError, match="dequeueIntervalSecond"):
         chart_instance_config(misspelt)
+
+
+def test_a_block_the_chart_would_write_twice_is_refused(values) -> None:
+    twice = yaml.safe_load(yaml.safe_dump(values))
+    twice["additionalInstanceConfig"]["telemetry"] = {"enabled": True}
+    with pytest.raises(AssertionError, match="telemetry"):
+        chart_instance_config(twice)
 
 
 def test_the_chart_loads_the_code_location_under_its_name_from_the_package_module(values) -> None:

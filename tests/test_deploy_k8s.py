@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -14,9 +15,11 @@ import time
 import tomllib
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -320,11 +323,18 @@ def test_a_stopped_worker_is_given_the_longest_run_to_finish(manifests, celery) 
     assert pod["terminationGracePeriodSeconds"] > celery["run_monitoring"]["max_runtime_seconds"]
 
 
+@dataclass
+class PodWorker:
+    process: subprocess.Popen
+    # The container's env, with which its liveness probe runs too.
+    env: dict[str, str]
+    log: Path
+
+
 @pytest.fixture
-def probe_worker(postgres_url: str, broker_url: str, tmp_path: Path, manifests) -> Iterator[dict[str, str]]:
+def pod_worker(postgres_url: str, broker_url: str, tmp_path: Path, manifests) -> Iterator[PodWorker]:
     """The manifest's worker command running here as it would in its pod (its env, the Celery profile as its
-    dagster.yaml, a name and queue of its own on the shared broker), once Celery says it is ready: the env its
-    liveness probe runs with."""
+    dagster.yaml, a name and queue of its own on the shared broker), once Celery says it is ready."""
     [container] = manifests["Deployment"]["spec"]["template"]["spec"]["containers"]
     name = f"k8s-probe-{uuid.uuid4().hex[:8]}"
     home = tmp_path / "dagster-home"
@@ -355,7 +365,7 @@ def probe_worker(postgres_url: str, broker_url: str, tmp_path: Path, manifests) 
                 if process.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"the worker did not get ready:\n{log.read_text(errors='replace')[-3000:]}")
                 time.sleep(0.2)
-            yield env
+            yield PodWorker(process=process, env=env, log=log)
         finally:
             stop_group(process)
             from kombu import Connection
@@ -370,18 +380,29 @@ def run_probe(container: Mapping[str, Any], env: Mapping[str, str]) -> subproces
 
 
 @pytest.mark.integration
-def test_the_liveness_probe_asks_the_worker_of_its_own_pod(probe_worker: dict[str, str], manifests) -> None:
+def test_the_liveness_probe_asks_the_worker_of_its_own_pod(pod_worker: PodWorker, manifests) -> None:
     [container] = manifests["Deployment"]["spec"]["template"]["spec"]["containers"]
     # In a pod, HOSTNAME is the pod's name, and Celery's %h the same hostname.
-    alive = run_probe(container, {**probe_worker, "HOSTNAME": socket.gethostname()})
+    alive = run_probe(container, {**pod_worker.env, "HOSTNAME": socket.gethostname()})
     assert alive.returncode == 0, alive.stdout + alive.stderr
-    assert f"{probe_worker['WORKER_NAME']}@{socket.gethostname()}: OK" in alive.stdout
+    assert f"{pod_worker.env['WORKER_NAME']}@{socket.gethostname()}: OK" in alive.stdout
     # The same name on another pod: no worker answers, so the probe fails.
-    elsewhere = run_probe(container, {**probe_worker, "HOSTNAME": "another-pod"})
+    elsewhere = run_probe(container, {**pod_worker.env, "HOSTNAME": "another-pod"})
     assert elsewhere.returncode != 0
     assert "No nodes replied" in elsewhere.stdout + elsewhere.stderr, shlex.join(
         container["livenessProbe"]["exec"]["command"]
     )
+
+
+@pytest.mark.integration
+def test_sigterm_to_the_containers_first_process_alone_stops_the_worker_warmly(pod_worker: PodWorker) -> None:
+    # The kubelet signals only the container's first process: the worker itself, not its pool processes.
+    pool = psutil.Process(pod_worker.process.pid).children()
+    assert pool, "a prefork worker has pool processes"
+    pod_worker.process.send_signal(signal.SIGTERM)
+    assert pod_worker.process.wait(timeout=60) == 0, pod_worker.log.read_text(errors="replace")[-3000:]
+    assert "Warm shutdown" in pod_worker.log.read_text(errors="replace")
+    assert not [child for child in pool if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
 
 
 @pytest.mark.integration

@@ -207,7 +207,10 @@ def test_every_instance_config_loads_through_dagsters_config_schema(
 
 def test_the_charts_launcher_is_the_celery_profiles(values, celery) -> None:
     assert values["runLauncher"]["type"] == "CustomRunLauncher"
-    assert values["runLauncher"]["config"]["customRunLauncher"] == celery["run_launcher"]
+    assert values["runLauncher"]["config"]["customRunLauncher"] == celery["run_launcher"], (
+        "deploy/k8s/values.yaml's runLauncher.config.customRunLauncher differs from deploy/dagster.celery.yaml's "
+        "run_launcher: give it the same module, class and config"
+    )
 
 
 def test_the_chart_renders_the_celery_profiles_queue_limits_monitoring_retries_and_logging(values, celery) -> None:
@@ -215,7 +218,7 @@ def test_the_chart_renders_the_celery_profiles_queue_limits_monitoring_retries_a
     assert rendered["run_coordinator"]["class"] == celery["run_coordinator"]["class"]
     assert rendered["run_coordinator"]["config"] == celery["run_coordinator"]["config"]
     for block in ("concurrency", "run_monitoring", "run_retries", "sensors", "schedules", "python_logs", "telemetry"):
-        assert rendered[block] == celery[block], block
+        assert rendered[block] == celery[block], f"the chart's {block} differs from deploy/dagster.celery.yaml's"
     # Storage in PostgreSQL, by the driver that is installed.
     for block in ("run_storage", "event_log_storage", "schedule_storage"):
         assert rendered[block]["config"]["postgres_db"]["scheme"] == "postgresql+psycopg2"

@@ -37,11 +37,14 @@ KEPT_OUT_OF_LOADING = (
 )
 
 
-def run_in_repo(tmp_path: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    """Python with `args` from the repo root; Dagster and app data go to tmp_path."""
+def run_in_repo(
+    tmp_path: Path, args: list[str], *, instance_config: Path = REPO / "deploy" / "dagster.yaml", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Python with `args` from the repo root, on a Dagster home with `instance_config` as its dagster.yaml;
+    Dagster and app data go to tmp_path."""
     home = tmp_path / "dagster-home"
     home.mkdir()
-    shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_config, home / "dagster.yaml")
     # The caller's own PIPELINES_* and DAGSTER_* must not decide what is tested.
     inherited = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "DAGSTER_"))}
     return subprocess.run(

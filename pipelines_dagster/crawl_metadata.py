@@ -78,6 +78,9 @@ class CrawlMetadata:
     rate_limited_by: str | None = None
     """What limited the crawl's rate (a robots.txt Crawl-delay, the shared host budget, concurrency); absent when
     nothing held its requests back."""
+    worker: str | None = None
+    """The Celery worker (NAME@HOST) that executed the run, under the Celery profile; absent for a run in a process
+    of its own."""
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""

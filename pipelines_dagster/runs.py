@@ -124,6 +124,27 @@ _MEMBER_PIPELINE_PREFIX = ".dagster/pipelines_dagster.pipeline."
 _MEMBER_WORKSPACE_PREFIX = ".dagster/pipelines_dagster.workspace."
 PIPELINES_SHOWN = 5
 
+# Which run goes first. Dagster's run queue takes runs of a higher dagster/priority first (no tag: 0), and the
+# Celery profile's launcher sends each run to its broker at the matching Celery priority: a run someone started
+# and waits for goes ahead of one that fired by itself, and scheduled fires (hundreds due at the top of an hour)
+# go last. A launch from the Dagster UI carries no tag, so it is a manual run's 0.
+PRIORITY_TAG = "dagster/priority"
+TRIGGER_PRIORITY = {
+    Trigger.MANUAL: 0,
+    Trigger.WEBHOOK: -1,
+    Trigger.EVENT: -1,
+    Trigger.CONNECTOR: -1,
+    Trigger.SCHEDULED: -2,
+}
+# dagster-celery's tags (dagster_celery.tags): the Celery queue a run is sent to (none: the launcher's default
+# queue) and its priority there.
+CELERY_QUEUE_TAG = "dagster-celery/queue"
+CELERY_PRIORITY_TAG = "dagster-celery/run_priority"
+# Celery priorities run 0-9. RabbitMQ takes the highest first; Redis, the lowest. A priority level three apart
+# from the next, as Redis keeps its queue in four steps (0, 3, 6, 9) and rounds a priority to one of them.
+CELERY_TOP_PRIORITY = 9
+CELERY_PRIORITY_STEP = 3
+
 # Queued or running (Dagster run status names): a pipeline in one of these gets no second run from a trigger.
 BUSY_STATUSES = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
 
@@ -135,10 +156,34 @@ def run_tags(
     return {
         PIPELINE_TAG: str(pipeline_id),
         WORKSPACE_TAG: str(workspace_id),
-        TRIGGER_TAG: checked_trigger(trigger).value,
+        **trigger_tags(trigger),
         **({} if pipeline_name is None else name_tags(pipeline_name)),
         **extras,
     }
+
+
+def trigger_tags(trigger: str) -> dict[str, str]:
+    """What fired a run, and the place in the run queue that gives it."""
+    checked = checked_trigger(trigger)
+    return {TRIGGER_TAG: checked.value, PRIORITY_TAG: str(TRIGGER_PRIORITY[checked])}
+
+
+def celery_routing(tags: Mapping[str, str], *, queue: str | None, lowest_first: bool) -> dict[str, str]:
+    """The Celery tags a run lacks: the queue its pipelines' setting names (`queue`; None: the launcher's default)
+    and its Celery priority, from its place in Dagster's queue (dagster/priority, or none for a UI launch: 0).
+    `lowest_first`: the broker takes the lowest priority first (Redis), not the highest (RabbitMQ). A tag the run
+    has is kept, so a run can be sent elsewhere by hand."""
+    routing: dict[str, str] = {}
+    if queue is not None and CELERY_QUEUE_TAG not in tags:
+        routing[CELERY_QUEUE_TAG] = queue
+    if CELERY_PRIORITY_TAG not in tags:
+        try:
+            place = int(tags.get(PRIORITY_TAG, "0"))
+        except ValueError:
+            place = 0
+        urgency = min(CELERY_TOP_PRIORITY, max(0, CELERY_TOP_PRIORITY + CELERY_PRIORITY_STEP * place))
+        routing[CELERY_PRIORITY_TAG] = str(CELERY_TOP_PRIORITY - urgency if lowest_first else urgency)
+    return routing
 
 
 def name_tags(pipeline_name: str) -> dict[str, str]:
@@ -191,7 +236,7 @@ def batch_tags(members: Iterable[tuple[int, int]], *, trigger: str) -> dict[str,
     """The tags of a batch run over (pipeline id, workspace id) pairs."""
     members = list(members)
     tags = {
-        TRIGGER_TAG: checked_trigger(trigger).value,
+        **trigger_tags(trigger),
         PIPELINES_SUMMARY_TAG: named_pipelines((pipeline_id for pipeline_id, _ in members), {}),
     }
     for pipeline_id, workspace_id in members:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from ipaddress import ip_network
 from pathlib import Path
@@ -18,6 +19,8 @@ from pipelines_dagster.core.triggers.fires import Budget
 
 ENV_PREFIX = "PIPELINES_"
 DAGSTER_URL_ENV = f"{ENV_PREFIX}DAGSTER_URL"
+# Set by `pipelines-dagster worker` for its pool processes: the Celery worker (NAME@HOST) whose runs they execute.
+WORKER_NAME_ENV = f"{ENV_PREFIX}WORKER_NAME"
 DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 # Where `pipelines-dagster api` listens unless told otherwise.
 DEFAULT_API_URL = "http://127.0.0.1:8000"
@@ -284,3 +287,8 @@ def load_settings(**overrides: Any) -> Settings:
             given = error.get("input")
             problems.append(f"{ENV_PREFIX}{field.upper()}: {message} (got {given!r})")
         raise SettingsError("; ".join(problems)) from None
+
+
+def worker_name() -> str | None:
+    """The Celery worker this process executes runs for (NAME@HOST); None outside a worker's pool process."""
+    return os.environ.get(WORKER_NAME_ENV) or None

@@ -4,6 +4,7 @@ instance's CeleryRunLauncher, and its refusals (bad names, an instance that laun
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def test_the_options_become_a_prefork_worker_on_the_queues_with_bounded_tasks_pe
         "--concurrency=3",
         f"--max-tasks-per-child={MAX_TASKS_PER_CHILD}",
         "--prefetch-multiplier=1",
-        "--hostname=site-crawls@%h",
+        f"--hostname=site-crawls@{socket.gethostname()}",
         "--loglevel=INFO",
     ]
     assert MAX_TASKS_PER_CHILD == 200

@@ -147,10 +147,11 @@ def test_postgres_storage(instance: dg.DagsterInstance) -> None:
 
 @pytest.mark.parametrize("config_name", ["dagster.celery.yaml"])
 def test_the_celery_profile_sends_runs_to_celery_workers_and_never_resumes_them(instance: dg.DagsterInstance) -> None:
-    from dagster_celery.launcher import CeleryRunLauncher
+    from pipelines_dagster.distributed import PipelinesCeleryRunLauncher
 
     launcher = instance.run_launcher
-    assert isinstance(launcher, CeleryRunLauncher)
+    # dagster-celery's CeleryRunLauncher, extended with routing and a ping of each run's worker.
+    assert isinstance(launcher, PipelinesCeleryRunLauncher)
     assert (launcher.broker, launcher.backend, launcher.default_queue) == (
         CELERY_BROKER_URL,
         CELERY_BACKEND_URL,
@@ -159,6 +160,10 @@ def test_the_celery_profile_sends_runs_to_celery_workers_and_never_resumes_them(
     # A task's stored state names the worker that ran it.
     assert launcher.celery.conf.result_extended is True
     assert launcher.celery.conf.worker_prefetch_multiplier == 1
+    # A run sent while the broker restarts waits for it about a minute; a worker that loses it keeps its runs.
+    policy = launcher.celery.conf.task_publish_retry_policy
+    assert policy["max_retries"] * policy["interval_max"] >= 60
+    assert launcher.celery.conf.worker_cancel_long_running_tasks_on_connection_loss is False
     # dagster-celery 0.29.27 resumes a run under a wrong argument name: a dead worker's run is retried instead.
     assert instance.run_monitoring_max_resume_run_attempts == 0
     assert instance.run_retries_enabled
@@ -169,7 +174,7 @@ def test_the_celery_profile_is_the_postgres_profile_with_celery_workers() -> Non
 
     celery = yaml.safe_load((DEPLOY / "dagster.celery.yaml").read_text())
     postgres = yaml.safe_load((DEPLOY / "dagster.postgres.yaml").read_text())
-    assert celery.pop("run_launcher")["class"] == "CeleryRunLauncher"
+    assert celery.pop("run_launcher")["class"] == "PipelinesCeleryRunLauncher"
     assert celery["run_monitoring"].pop("max_resume_run_attempts") == 0
     assert celery == postgres
 

@@ -3,6 +3,7 @@ the read side finds runs by, which it reads without loading Dagster or the steps
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ def test_a_ui_launch_with_only_its_partition_gets_every_contract_tag_as_a_manual
         "pipeline_id": "7",
         "workspace_id": "3",
         "trigger": "manual",
+        "dagster/priority": "0",
         "pipeline_name": "Docs",
     }
 
@@ -31,6 +33,7 @@ def test_tags_a_run_has_are_kept():
     assert missing_run_tags({"trigger": "manual"}, pipeline_id=7, workspace_id=3, pipeline_name="Docs") == {
         "pipeline_id": "7",
         "workspace_id": "3",
+        "dagster/priority": "0",
         "pipeline_name": "Docs",
     }
     tagged = run_tags(pipeline_id=7, workspace_id=3, trigger="webhook", pipeline_name="Docs")
@@ -55,6 +58,7 @@ def test_each_fire_carries_its_run_key_and_tags_without_a_dagster_instance():
         "pipeline_id": "7",
         "workspace_id": "3",
         "trigger": "scheduled",
+        "dagster/priority": "-2",
         "scheduled_for": "2026-12-01T09:00:00+00:00",
     }
     delivery = DeliveryFire(delivery_id=11, pipeline_id=7, workspace_id=3)
@@ -70,6 +74,50 @@ def test_each_fire_carries_its_run_key_and_tags_without_a_dagster_instance():
         "event_id": "5",
         "event_type": "folder.changed",
     }
+
+
+def test_manual_runs_go_ahead_of_fired_ones_and_scheduled_fires_go_last_in_dagsters_queue():
+    from pipelines_dagster.runs import batch_tags
+
+    def place(trigger: str) -> int:
+        return int(run_tags(pipeline_id=1, workspace_id=1, trigger=trigger)["dagster/priority"])
+
+    assert place("manual") > place("webhook") == place("event") == place("connector") > place("scheduled")
+    # A UI launch carries no priority: Dagster's 0, a manual run's.
+    assert place("manual") == 0
+    assert batch_tags([(1, 1), (2, 1)], trigger="scheduled")["dagster/priority"] == str(place("scheduled"))
+
+
+@pytest.mark.parametrize(("lowest_first", "order"), [(False, "descending"), (True, "ascending")])
+def test_the_celery_priority_follows_the_run_queues_in_the_brokers_order(lowest_first: bool, order: str):
+    from pipelines_dagster.runs import celery_routing
+
+    triggers = ["manual", "event", "scheduled"]
+    priorities = [
+        int(
+            celery_routing(
+                run_tags(pipeline_id=1, workspace_id=1, trigger=trigger), queue=None, lowest_first=lowest_first
+            )["dagster-celery/run_priority"]
+        )
+        for trigger in triggers
+    ]
+    assert priorities == sorted(priorities, reverse=order == "descending") and len(set(priorities)) == 3
+    assert all(0 <= priority <= 9 for priority in priorities)
+    # Three apart: Redis rounds a priority to one of 0, 3, 6, 9, so each trigger's stays apart there.
+    assert {abs(a - b) for a, b in itertools.pairwise(priorities)} == {3}
+    # A UI launch (no tags at all) goes as a manual run.
+    ui = celery_routing({"dagster/partition": "7-docs"}, queue=None, lowest_first=lowest_first)
+    assert ui == {"dagster-celery/run_priority": str(priorities[0])}
+
+
+def test_a_run_goes_to_its_pipelines_queue_unless_its_tags_name_one():
+    from pipelines_dagster.runs import celery_routing
+
+    tags = run_tags(pipeline_id=1, workspace_id=1, trigger="manual")
+    assert celery_routing(tags, queue="site-crawls", lowest_first=False)["dagster-celery/queue"] == "site-crawls"
+    assert "dagster-celery/queue" not in celery_routing(tags, queue=None, lowest_first=False)
+    by_hand = {**tags, "dagster-celery/queue": "urgent", "dagster-celery/run_priority": "1"}
+    assert celery_routing(by_hand, queue="site-crawls", lowest_first=False) == {}
 
 
 def test_a_run_is_for_its_tagged_pipeline_its_partition_or_its_batch_members():

@@ -36,6 +36,7 @@ from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.resources.notifications import NotificationsResource
 from pipelines_dagster.runs import CONTRACT_TAGS, CRAWL_RESULTS_ASSET, PIPELINE_NAME_TAG, missing_run_tags, origin_of
+from pipelines_dagster.settings import worker_name
 
 
 class CrawlAttemptFailed(Exception):
@@ -325,6 +326,7 @@ def crawl_partition(
             crawl_health=health.why,
             pages_per_second=round(report.pages_per_second, 2),
             rate_limited_by=describe_limits(report.limits),
+            worker=worker_name(),
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = _failed_urls_table(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from pipelines_dagster.core.crawl.crawler import usable_cores
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.validation import validate_queue_name
 from pipelines_dagster.instance import dagster_instance
-from pipelines_dagster.settings import Settings, load_settings
+from pipelines_dagster.settings import WORKER_NAME_ENV, Settings, load_settings
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -31,8 +32,8 @@ UNSET_VARIABLE = re.compile(r'environment variable "([^"]+)" which is not set')
 
 
 def node_name(name: str) -> str:
-    """Celery's node name for `--name`: NAME@HOST, the host filled in by Celery (%h) unless given."""
-    return name if "@" in name else f"{name}@%h"
+    """Celery's node name for `--name`: NAME@HOST, the host this machine's name (as Celery's %h) unless given."""
+    return name if "@" in name else f"{name}@{socket.gethostname()}"
 
 
 def worker_argv(*, queues: Sequence[str], concurrency: int, name: str) -> list[str]:
@@ -152,6 +153,8 @@ def worker(queues: tuple[str, ...], concurrency: int | None, name: str) -> None:
     settings.require_deployment()
     app, default_queue = launcher_app(settings)
     argv = worker_argv(queues=queues or (default_queue,), concurrency=concurrency or usable_cores(), name=name)
+    # The pool processes, forked from this one, record the worker on each crawl they run (crawl_results' `worker`).
+    os.environ[WORKER_NAME_ENV] = node_name(name)
     # app.start, not app.worker_main, which drops the worker's exit code.
     if exit_code := app.start(argv=argv):
         raise SystemExit(exit_code)

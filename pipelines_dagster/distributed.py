@@ -1,0 +1,145 @@
+"""The Celery profile's run launcher: dagster-celery's CeleryRunLauncher, extended where 0.29.27 falls short.
+
+deploy/dagster.celery.yaml names this class. Each run is still one Celery task that a `pipelines-dagster worker`
+pool process executes whole; this subclass adds two things and nothing of a queue of its own:
+
+- Routing. A run goes to the Celery queue its pipeline's `worker_queue` names (none: the launcher's default) at
+  the Celery priority of its place in Dagster's run queue (`runs.celery_routing`), written to the run's tags
+  before it is sent. A launch from the Dagster UI carries no tags of ours until its step starts, so the launcher
+  reads the pipeline from its partition.
+- A dead worker noticed. dagster-celery's health check reads only the task's state, which a worker that dies
+  whole (its machine gone, every process killed) never updates: its runs would stay STARTED until their maximum
+  runtime. Here a started task's worker must also answer Celery's ping; one that has not for WORKER_GONE_SECONDS
+  has its runs failed by run monitoring, and run retries start them again on a worker that is alive. A ping
+  that cannot be sent (the broker restarting) proves nothing, and fails no run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from functools import cached_property
+from typing import Any
+
+import dagster as dg
+from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+from dagster_celery.launcher import CeleryRunLauncher
+from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipelines_dagster.app_db.engine import create_engine, session_factory
+from pipelines_dagster.core.catalog.pipelines import pipeline_queues
+from pipelines_dagster.runs import celery_routing, pipeline_ids_of
+from pipelines_dagster.settings import load_settings
+
+# How long a started run's worker may go without answering a ping before its runs are failed: three of run
+# monitoring's 5-s polls, so a worker that missed one ping while busy is not taken for dead, and a dead one is
+# noticed within WORKER_GONE_SECONDS + a poll + PING_TIMEOUT_SECONDS (about 21 s).
+WORKER_GONE_SECONDS = 15.0
+# A ping is sent to every worker at once and waits this long for their answers.
+PING_TIMEOUT_SECONDS = 1.0
+# One ping answers for every run checked in one monitoring poll.
+PING_REUSE_SECONDS = 3.0
+# Brokers whose lowest Celery priority goes first.
+LOWEST_FIRST_SCHEMES = ("redis", "rediss", "sentinel")
+
+
+class WorkerLiveness:
+    """Which workers answer pings, and since when one has not.
+
+    `ping` returns the names of the workers that answered, or None when no ping could be sent. A worker counts
+    as gone once it has been missing from every answer for `grace` seconds; the first answer after a failed ping
+    starts its count again."""
+
+    def __init__(
+        self,
+        ping: Callable[[], set[str] | None],
+        *,
+        grace: float = WORKER_GONE_SECONDS,
+        reuse: float = PING_REUSE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ping, self._grace, self._reuse, self._clock = ping, grace, reuse, clock
+        self._lock = threading.Lock()
+        self._answered: set[str] | None = None
+        self._pinged_at = float("-inf")
+        self._missing_since: dict[str, float] = {}
+
+    def silent_for(self, worker: str) -> float | None:
+        """How long `worker` has not answered once it counts as gone; None while it may be alive."""
+        with self._lock:
+            now = self._clock()
+            if now - self._pinged_at >= self._reuse:
+                self._answered, self._pinged_at = self._ping(), now
+                if self._answered is None:
+                    # Nothing was learned: no worker's silence counts across a ping that was not sent.
+                    self._missing_since.clear()
+            if self._answered is None or worker in self._answered:
+                self._missing_since.pop(worker, None)
+                return None
+            silent = now - self._missing_since.setdefault(worker, now)
+            return silent if silent >= self._grace else None
+
+
+class PipelinesCeleryRunLauncher(CeleryRunLauncher):
+    """dagster-celery's CeleryRunLauncher with per-pipeline routing and a check that a run's worker is alive."""
+
+    @cached_property
+    def _sessions(self) -> sessionmaker[Session]:
+        return session_factory(create_engine(load_settings().resolved_database_url))
+
+    @cached_property
+    def _liveness(self) -> WorkerLiveness:
+        return WorkerLiveness(self._answering_workers)
+
+    @property
+    def _lowest_first(self) -> bool:
+        return (self.broker or "").split(":", 1)[0].lower() in LOWEST_FIRST_SCHEMES
+
+    def launch_run(self, context: LaunchRunContext) -> None:
+        run = context.dagster_run
+        routing = celery_routing(run.tags, queue=self._queue_of(run.tags), lowest_first=self._lowest_first)
+        if routing:
+            self._instance.add_run_tags(run.run_id, routing)
+            run = run.with_tags({**run.tags, **routing})
+        super().launch_run(LaunchRunContext(dagster_run=run, workspace=context.workspace))
+
+    def _queue_of(self, tags: Mapping[str, str]) -> str | None:
+        """The queue the run's pipelines name, when they name one and the same (a batch run's members may not)."""
+        pipeline_ids = pipeline_ids_of(tags)
+        if not pipeline_ids:
+            return None
+        with self._sessions() as session:
+            queues = pipeline_queues(session, pipeline_ids)
+        named = {queues.get(pipeline_id) for pipeline_id in pipeline_ids}
+        return named.pop() if len(named) == 1 else None
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        task_id = run.tags[DAGSTER_CELERY_TASK_ID_TAG]
+        try:
+            meta: Mapping[str, Any] = self.celery.backend.get_task_meta(task_id)
+        except Exception as exc:
+            # The result backend out of reach says nothing of the run: it is left running, and asked again.
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"task state unreadable ({type(exc).__name__}: {exc})")
+        state, worker = meta.get("status"), meta.get("worker")
+        if state == "SUCCESS":
+            return CheckRunHealthResult(WorkerStatus.SUCCESS)
+        if state == "FAILURE":
+            return CheckRunHealthResult(WorkerStatus.FAILED, f"Celery task failed on {worker}: {meta.get('result')!r}")
+        if state != "STARTED":
+            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"Unknown task status: {state}")
+        silent = self._liveness.silent_for(worker) if worker else None
+        if silent is not None:
+            return CheckRunHealthResult(
+                WorkerStatus.FAILED,
+                f"Celery worker {worker} has not answered a ping for {silent:.0f} s: it is gone with the run",
+            )
+        return CheckRunHealthResult(WorkerStatus.RUNNING)
+
+    def _answering_workers(self) -> set[str] | None:
+        try:
+            answers: Iterable[Mapping[str, Any]] = self.celery.control.ping(timeout=PING_TIMEOUT_SECONDS)
+        except Exception:
+            return None
+        return {name for answer in answers for name in answer}

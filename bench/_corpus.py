@@ -1314,15 +1314,21 @@ class DagsterDev:
         raise SystemExit(f"no code server process for the code location {location}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            import signal
+        if self.process is not None:
+            stop_group(self.process)
 
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a server's process group (it and the code servers it started), SIGKILL after 60 s."""
+    import signal
+
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 RESULT_PREFIX = "BENCH-RESULT "

@@ -69,19 +69,24 @@ def celery_profile(directory: Path, queue: str) -> Path:
     return path
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds used so far by a process and everything under it, the finished children it reaped included."""
+def tree_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by a Celery worker and everything under it, by part: "main" (the worker's own
+    process), "pool" (its pool processes, where runs execute), "started by runs" (the processes runs started,
+    extraction workers: those that ended, reaped by the pool processes, and those still there)."""
     import psutil
 
     root = psutil.Process(pid)
-    total = 0.0
+    pool = set(root.children())
+    parts = {"main": 0.0, "pool": 0.0, "started by runs": 0.0}
     for process in [root, *root.children(recursive=True)]:
         try:
             times = process.cpu_times()
         except psutil.Error:
             continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
+        part = "main" if process == root else "pool" if process in pool else "started by runs"
+        parts[part] += times.user + times.system
+        parts["started by runs" if process in pool else part] += times.children_user + times.children_system
+    return parts
 
 
 class Worker:
@@ -125,7 +130,7 @@ class Worker:
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
-    def cpu_seconds(self) -> float:
+    def cpu_seconds(self) -> dict[str, float]:
         return tree_cpu_seconds(self.process.pid)
 
     def __exit__(self, *exc_info: object) -> None:

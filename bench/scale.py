@@ -65,12 +65,12 @@ FORWARDED = "Celery task has been forwarded to the broker"
 @dataclass
 class Profile:
     """What one profile did: (a)'s and (b)'s results as run_overhead measures them, the worker's CPU seconds over
-    (a) (None when runs are processes of the daemon's machine), and each of (a)'s runs' lifecycle times."""
+    (a) by part (None when runs are processes of the daemon's machine), and each of (a)'s runs' lifecycle times."""
 
     name: str
     fired: dict[str, Any]
     batched: dict[str, Any]
-    worker_cpu: float | None
+    worker_cpu: dict[str, float] | None
     lifecycles: list[dict[str, float]]
 
 
@@ -99,15 +99,20 @@ def percentile(values: list[float], share: float) -> float:
 
 def lifecycles(instance: Any, run_ids: list[str]) -> list[dict[str, float]]:
     """When each run was queued (RUN_ENQUEUED), dequeued (RUN_STARTING), handed to the broker (the Celery
-    launcher's "forwarded to the broker" engine event; absent for the default launcher) and began executing its
-    code (RUN_START), from its event log.
+    launcher's "forwarded to the broker" engine event; absent for the default launcher), began executing its
+    code (RUN_START) and succeeded (RUN_SUCCESS, if it did), from its event log.
 
     Dagster 1.13 writes no RUN_DEQUEUED event (the enum member is left, unused): the daemon's dequeue
     (QueuedRunCoordinatorDaemon._dequeue_run) writes RUN_STARTING just before it calls the run launcher, so
     RUN_STARTING marks the dequeue."""
     import dagster as dg
 
-    kinds = {dg.DagsterEventType.RUN_ENQUEUED, dg.DagsterEventType.RUN_STARTING, dg.DagsterEventType.RUN_START}
+    kinds = {
+        dg.DagsterEventType.RUN_ENQUEUED,
+        dg.DagsterEventType.RUN_STARTING,
+        dg.DagsterEventType.RUN_START,
+        dg.DagsterEventType.RUN_SUCCESS,
+    }
     found = []
     for run_id in run_ids:
         times: dict[str, float] = {}
@@ -118,7 +123,7 @@ def lifecycles(instance: Any, run_ids: list[str]) -> list[dict[str, float]]:
                 times.setdefault(kind.name, entry.timestamp)
             elif FORWARDED in (entry.message or ""):
                 times.setdefault(FORWARDED, entry.timestamp)
-        missing = {kind.name for kind in kinds} - times.keys()
+        missing = {kind.name for kind in kinds if kind != dg.DagsterEventType.RUN_SUCCESS} - times.keys()
         if missing:
             raise SystemExit(f"run {run_id} has no {', '.join(sorted(missing))} event in its event log")
         found.append(times)
@@ -187,9 +192,11 @@ def measure_profile(profile: str, urls: list[str], *, runs: int, scheduled: int)
             name=f"scheduled {label}",
             scheduled=True,
         )
-        before = worker.cpu_seconds() if worker else 0.0
+        before = worker.cpu_seconds() if worker else {}
         fired = measure_ours(deployment, fired_workspace, runs)
-        worker_cpu = worker.cpu_seconds() - before if worker else None
+        worker_cpu = None
+        if worker:
+            worker_cpu = {part: seconds - before[part] for part, seconds in worker.cpu_seconds().items()}
         batched = measure_batched(deployment, batched_workspace, batched_pipelines)
         return Profile(
             name=profile,
@@ -217,17 +224,25 @@ def one_run_per_fire(bench: Bench) -> list[Figure]:
         FIRED_RATIO_TARGET, "runs/min",
     )  # fmt: skip
     assert celery.worker_cpu is not None
-    per_run = celery.worker_cpu / runs
+    per_run = sum(celery.worker_cpu.values()) / runs
+    parts = ", ".join(f"{part} {seconds / runs:.2f}" for part, seconds in celery.worker_cpu.items())
     figures.append(
         Figure(
             "(a) CPU per one-page run in the Celery worker's process tree",
-            f"{per_run:.2f} CPU-s",
+            f"{per_run:.2f} CPU-s ({parts})",
             f"<= {WORKER_CPU_TARGET}",
             per_run <= WORKER_CPU_TARGET,
         )
     )
     for profile in (today, celery):
         figures.append(Figure(f"(a) {profile.name}: CPU of `dagster dev`'s parts", profile.fired["cpu"].describe(runs)))
+        durations = [end["RUN_SUCCESS"] - end["RUN_START"] for end in profile.lifecycles if "RUN_SUCCESS" in end]
+        figures.append(
+            Figure(
+                f"(a) {profile.name}: a run's RUN_START -> RUN_SUCCESS",
+                f"p50 {percentile(durations, 0.5):.2f} s, p95 {percentile(durations, 0.95):.2f} s",
+            )
+        )
     return figures
 
 

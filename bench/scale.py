@@ -295,7 +295,7 @@ def queue_lag(bench: Bench) -> list[Figure]:
             )
             figures.append(
                 Figure(
-                    f"(c) {profile.name}: queue lag RUN_DEQUEUED -> RUN_START p{share * 100:.0f}",
+                    f"(c) {profile.name}: queue lag, dequeue (RUN_STARTING) -> RUN_START, p{share * 100:.0f}",
                     f"{value:.2f} s (each span's own p{share * 100:.0f}: {parts})",
                     f"<= {target} s" if judged else "",
                     value <= target if judged else None,

@@ -92,6 +92,7 @@ bench: install
 	$(BIN)/python bench/history_query.py
 	$(BIN)/python bench/schedule_tick.py
 	$(BIN)/python bench/run_overhead.py
+	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/notify_load.py
 	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/_scale_partitions.py
@@ -107,6 +108,7 @@ bench-smoke: install
 	$(BIN)/python bench/history_query.py --smoke
 	$(BIN)/python bench/schedule_tick.py --smoke
 	$(BIN)/python bench/run_overhead.py --smoke
+	$(BIN)/python bench/scale.py --smoke
 	$(BIN)/python bench/notify_load.py --smoke
 	$(BIN)/python bench/hostile.py --smoke
 	$(BIN)/python bench/_scale_partitions.py --smoke

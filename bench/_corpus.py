@@ -1144,15 +1144,17 @@ def seed_pipeline(
 
 class EmbeddedHome:
     """The embedded default in a temporary directory, laid out as a user's: DAGSTER_HOME holding a copy
-    of deploy/dagster.yaml, and PIPELINES_DATA_DIR beside it (SQLite app database, local blobs,
-    database locks), with the crawler allowed onto loopback.
+    of deploy/dagster.yaml (or `instance_config`, another profile, given the variables it reads in
+    `extra_env`), and PIPELINES_DATA_DIR beside it (SQLite app database unless `extra_env` names one in
+    PIPELINES_DATABASE_URL, local blobs, database locks), with the crawler allowed onto loopback.
 
     `env` is the environment for the processes a user would start on it (none of the caller's own
     PIPELINES_* or DAGSTER_* settings); this process is switched onto the same app database and
     Dagster instance, to seed them and to read what the runs did.
     """
 
-    def __init__(self, **extra_env: str) -> None:
+    def __init__(self, *, instance_config: Path = REPO / "deploy" / "dagster.yaml", **extra_env: str) -> None:
+        self._instance_config = instance_config
         self._extra_env = extra_env
         self._exit = ExitStack()
 
@@ -1166,7 +1168,7 @@ class EmbeddedHome:
         self.dir = Path(self._exit.enter_context(tempfile.TemporaryDirectory(prefix="crawl-bench-")))
         home = self.dir / "dagster-home"
         home.mkdir()
-        shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
+        shutil.copy(self._instance_config, home / "dagster.yaml")
         self.env = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINES_", "DAGSTER_"))}
         self.env |= {
             "DAGSTER_HOME": str(home),
@@ -1279,6 +1281,16 @@ class DagsterDev:
         # its interval away.
         wait_for("the daemon's first sensor ticks", self._sensors_ticked, timeout=120, every=0.5)
 
+    def finished_runs(self, tags: dict[str, str], count: int, *, timeout: float) -> list[Any]:
+        """The run records of `count` runs carrying `tags`, once all have finished."""
+        import dagster as dg
+
+        def done() -> list[Any] | None:
+            records = self.instance.get_run_records(dg.RunsFilter(tags=tags))
+            return records if len(records) >= count and all(r.dagster_run.is_finished for r in records) else None
+
+        return wait_for(f"{count} finished runs tagged {tags}", done, timeout=timeout, every=0.25)
+
     def _locations_loaded(self) -> bool:
         import httpx
 
@@ -1318,17 +1330,19 @@ class DagsterDev:
             stop_group(self.process)
 
 
-def stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM a server's process group (it and the code servers it started), SIGKILL after 60 s."""
+def stop_group(process: subprocess.Popen[bytes], *, timeout: float = 60) -> None:
+    """Stop a process started in its own session, and everything it started: SIGTERM to the group, then
+    SIGKILL after `timeout` seconds."""
     import signal
 
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 RESULT_PREFIX = "BENCH-RESULT "

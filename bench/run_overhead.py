@@ -117,16 +117,6 @@ class Deployment(DagsterDev):
         )
         self.trigger_file = trigger_file
 
-    def finished_runs(self, tags: dict[str, str], count: int, *, timeout: float) -> list[Any]:
-        """The run records of `count` runs carrying `tags`, once all have finished."""
-        import dagster as dg
-
-        def done() -> list[Any] | None:
-            records = self.instance.get_run_records(dg.RunsFilter(tags=tags))
-            return records if len(records) >= count and all(r.dagster_run.is_finished for r in records) else None
-
-        return wait_for(f"{count} finished runs tagged {tags}", done, timeout=timeout, every=0.25)
-
 
 def seed_pipelines(
     deployment: Deployment,
@@ -195,7 +185,7 @@ def measure_floor(deployment: Deployment, count: int, *, job: str) -> dict[str, 
     return {"seconds": seconds, "per_minute": per_minute, "succeeded": succeeded(records), "cpu": cpu}
 
 
-def measure_ours(deployment: Deployment, workspace_id: int, count: int) -> dict[str, Any]:
+def measure_ours(deployment: DagsterDev, workspace_id: int, count: int) -> dict[str, Any]:
     from pipelines_dagster.app_db.engine import transaction
     from pipelines_dagster.core.triggers.events import emit_event
 
@@ -234,7 +224,7 @@ def measure_manual(deployment: Deployment, workspace_id: int, pipeline_id: int) 
     }
 
 
-def measure_batched(deployment: Deployment, workspace_id: int, pipeline_ids: list[int]) -> dict[str, Any]:
+def measure_batched(deployment: DagsterDev, workspace_id: int, pipeline_ids: list[int]) -> dict[str, Any]:
     import dagster as dg
     import sqlalchemy as sa
 

@@ -66,7 +66,9 @@ PAGE_BYTES = 20 * KiB
 PIPELINES_PER_WORKSPACE = 100
 RECEIVER_PATHS = 10
 CREDIT_MICROS = 10**12
-CONCURRENCY = 2
+# A pool process waits on the databases for most of a crawl (0.1 CPU-s of 1-3.5 s of wall time, measured), so the
+# worker has more of them than the machine has cores.
+CONCURRENCY = 4
 # The targets: issue 26, 6 (d) and 4.
 FIRE_LAG_TARGET = 60.0
 NOTIFY_LAG_TARGET = 30.0
@@ -237,6 +239,11 @@ class Plan:
     def minute_of(self, number: int) -> int:
         return (self.first_minute + number % self.spread) % 60
 
+    def schedule_of(self, number: int) -> Any:
+        from pipelines_dagster.core.catalog.schedules import ScheduleSpec
+
+        return ScheduleSpec(cron=f"{self.minute_of(number)} * * * *", timezone="UTC")
+
     def due_times(self) -> list[datetime]:
         """The minute boundaries falling due in the window."""
         ends = self.window_start + timedelta(seconds=self.window_seconds)
@@ -256,13 +263,13 @@ def next_minute(moment: datetime) -> datetime:
 
 
 def seed(home: CeleryHome, receiver: Receiver, urls: Sequence[str], plan: Plan) -> tuple[list[int], float]:
-    """The pipelines, as `pipelines-dagster pipeline create` makes them, in workspaces of PIPELINES_PER_WORKSPACE
-    with credit and a run.* endpoint each, in one transaction; their partitions added in one call: (pipeline
-    ids, seconds)."""
+    """The pipelines in workspaces of PIPELINES_PER_WORKSPACE with credit and a run.* endpoint each, in one
+    transaction: each workspace's first pipeline (a web connector over one URL, an hourly schedule, a KB folder) as
+    `pipelines-dagster pipeline create` makes it, the others copies of its rows; their partitions added in one call,
+    as services.create_pipeline adds each one's: (pipeline ids, seconds)."""
     from pipelines_dagster.app_db.engine import transaction
     from pipelines_dagster.core.catalog.connectors import create_connector
     from pipelines_dagster.core.catalog.pipelines import create_pipeline, pipeline_partitions
-    from pipelines_dagster.core.catalog.schedules import ScheduleSpec
     from pipelines_dagster.core.catalog.workspaces import create_workspace
     from pipelines_dagster.core.ledger.billing import Billing
     from pipelines_dagster.core.security.network_policy import NetworkPolicy
@@ -274,43 +281,97 @@ def seed(home: CeleryHome, receiver: Receiver, urls: Sequence[str], plan: Plan) 
     guard = DestinationGuard(NetworkPolicy(allowed_networks=(home.env["PIPELINES_CRAWLER_ALLOWED_NETWORKS"],)))
     pipeline_ids, workspace_ids = [], []
     with transaction(home.sessions) as session:
-        for number in range(plan.pipelines):
-            if number % PIPELINES_PER_WORKSPACE == 0:
-                workspace_id = create_workspace(
-                    session, name=f"steady {len(workspace_ids)}", owner_user_id=f"bench-steady-{len(workspace_ids)}"
-                ).workspace.id
-                create_endpoint(
-                    session,
-                    guard,
-                    workspace_id=workspace_id,
-                    url=receiver.hook_url(len(workspace_ids) % receiver.paths),
-                    event_types=RUN_EVENTS,
-                    description="steady-state bench",
-                )
-                workspace_ids.append(workspace_id)
-            connector = create_connector(
+        for first in range(0, plan.pipelines, PIPELINES_PER_WORKSPACE):
+            workspace_id = create_workspace(
+                session, name=f"steady {first}", owner_user_id=f"bench-steady-{first}"
+            ).workspace.id
+            workspace_ids.append(workspace_id)
+            create_endpoint(
                 session,
+                guard,
                 workspace_id=workspace_id,
-                connector_type="webcrawler",
-                urls=[urls[number % len(urls)]],
-                name=f"site {number}",
+                url=receiver.hook_url(len(workspace_ids) % receiver.paths),
+                event_types=RUN_EVENTS,
+                description="steady-state bench",
+            )
+            connector = create_connector(
+                session, workspace_id=workspace_id, connector_type="webcrawler", urls=[urls[0]], name=f"site {first}"
             )
             pipeline = create_pipeline(
                 session,
                 workspace_id=workspace_id,
                 connector_id=connector.id,
-                name=f"hourly {number}",
+                name=f"hourly {first}",
                 folder_name="docs",
-                schedule=ScheduleSpec(cron=f"{plan.minute_of(number)} * * * *", timezone="UTC"),
+                schedule=plan.schedule_of(first),
             )
-            pipeline_ids.append(pipeline.id)
+            session.flush()
+            numbers = range(first, min(first + PIPELINES_PER_WORKSPACE, plan.pipelines))
+            pipeline_ids += copy_pipeline(session, pipeline.id, numbers, plan, urls)
         keys = pipeline_partitions(session, pipeline_ids)
-    # What services.create_pipeline does once its transaction commits, for all of them at once.
     add_pipeline_partitions(home.instance, keys.values())
     billing = Billing(home.sessions, enabled=True, micros_per_crawl=1000)
     for workspace_id in workspace_ids:
         billing.grant(workspace_id, CREDIT_MICROS)
     return pipeline_ids, time.perf_counter() - started
+
+
+def copy_pipeline(session: Any, template_id: int, numbers: range, plan: Plan, urls: Sequence[str]) -> list[int]:
+    """The rows of the catalog's pipeline `template_id`, its connector's and its triggers', made over for
+    `numbers` (the first is the template itself, given its own URL): each a name, a URL and a minute of its own.
+    Ids come from the tables' sequences (PostgreSQL), so each table takes one multi-row insert."""
+    import sqlalchemy as sa
+
+    from pipelines_dagster.app_db.models import Connector, Pipeline, PipelineTrigger, TriggerKind, partition_key
+
+    def row(model: Any, **where: Any) -> list[dict[str, Any]]:
+        query = sa.select(model.__table__).filter_by(**where).order_by(model.__table__.c.id)
+        return [dict(found) for found in session.execute(query).mappings()]
+
+    def ids(model: Any, count: int) -> list[int]:
+        table = model.__table__.name
+        query = sa.text(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, :n)")
+        return list(session.execute(query, {"n": count}).scalars())
+
+    [pipeline] = row(Pipeline, id=template_id)
+    [connector] = row(Connector, id=pipeline["connector_id"])
+    triggers = row(PipelineTrigger, pipeline_id=template_id)
+    session.execute(
+        sa.update(Connector)
+        .where(Connector.id == connector["id"])
+        .values(config={**connector["config"], "INITIAL_URLS": [urls[numbers[0] % len(urls)]]})
+    )
+    others = numbers[1:]
+    if not others:
+        return [template_id]
+    connector_ids, pipeline_ids = ids(Connector, len(others)), ids(Pipeline, len(others))
+    now = datetime.now(UTC)
+    session.execute(
+        sa.insert(Connector.__table__),
+        [
+            connector | {"id": cid, "name": f"site {number}", "config": {**connector["config"], "INITIAL_URLS": [url]}}
+            for cid, number, url in zip(connector_ids, others, (urls[n % len(urls)] for n in others), strict=True)
+        ],
+    )
+    session.execute(
+        sa.insert(Pipeline.__table__),
+        [
+            pipeline | {"id": pid, "connector_id": cid, "name": name, "partition_key": partition_key(pid, name)}
+            for pid, cid, name in zip(pipeline_ids, connector_ids, (f"hourly {n}" for n in others), strict=True)
+        ],
+    )
+    copies = []
+    for pid, number in zip(pipeline_ids, others, strict=True):
+        for trigger in triggers:
+            copy = trigger | {"pipeline_id": pid}
+            if trigger["kind"] == TriggerKind.SCHEDULE.value:
+                spec = plan.schedule_of(number)
+                copy |= {"cron": spec.cron, "next_fire_at": spec.next_fire_after(now)}
+            copies.append(copy)
+    for copy, tid in zip(copies, ids(PipelineTrigger, len(copies)), strict=True):
+        copy["id"] = tid
+    session.execute(sa.insert(PipelineTrigger.__table__), copies)
+    return [template_id, *pipeline_ids]
 
 
 # -- sampling -----------------------------------------------------------------------------------------------------

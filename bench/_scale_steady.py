@@ -489,6 +489,7 @@ class Snapshot:
     machine: float
     dagster_bytes: int
     transactions: int
+    sessions: int
 
 
 def snapshot(home: CeleryHome, dev: DagsterDev, worker: subprocess.Popen[bytes]) -> Snapshot:
@@ -499,13 +500,18 @@ def snapshot(home: CeleryHome, dev: DagsterDev, worker: subprocess.Popen[bytes])
     try:
         with engine.connect() as conn:
             dagster_bytes = conn.execute(sa.text("SELECT pg_database_size(:name)"), {"name": names[0]}).scalar_one()
-            transactions = conn.execute(
-                sa.text("SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database WHERE datname = ANY(:names)"),
+            transactions, sessions = conn.execute(
+                sa.text(
+                    "SELECT sum(xact_commit + xact_rollback), sum(sessions) FROM pg_stat_database "
+                    "WHERE datname = ANY(:names)"
+                ),
                 {"names": names},
-            ).scalar_one()
+            ).one()
     finally:
         engine.dispose()
-    return Snapshot(time.time(), cpu_by_part(dev, worker), machine_cpu(), int(dagster_bytes), int(transactions))
+    return Snapshot(
+        time.time(), cpu_by_part(dev, worker), machine_cpu(), int(dagster_bytes), int(transactions), int(sessions)
+    )
 
 
 # -- reading what happened ----------------------------------------------------------------------------------------
@@ -911,7 +917,11 @@ def figures(
     add("pool-process seconds per crawl (run wall time / its crawls)", wall_per_crawl, "s")
     transactions = (after.transactions - before.transactions) / in_span if in_span else float("nan")
     add("PostgreSQL transactions per crawl (both databases)", transactions, "xacts")
-    result.extend(sizing(per_crawl_cpu, wall_per_crawl, transactions, grown, connections, concurrency))
+    # Dagster's PostgreSQL storage holds no pool outside the webserver: each of its calls opens a connection, a
+    # backend process forked by the server.
+    opened = (after.sessions - before.sessions) / in_span if in_span else float("nan")
+    add("PostgreSQL connections opened per crawl (both databases)", opened, "sessions")
+    result.extend(sizing(per_crawl_cpu, wall_per_crawl, transactions, opened, grown, connections, concurrency))
     return result
 
 
@@ -919,6 +929,7 @@ def sizing(
     per_crawl_cpu: dict[str, float],
     wall_per_crawl: float,
     transactions: float,
+    opened: float,
     grown: float,
     connections: ConnectionSampler,
     concurrency: int,
@@ -945,6 +956,7 @@ def sizing(
             "connections",
         ),
         Figure(f"{label}: PostgreSQL transactions", transactions * rate, "xacts/s"),
+        Figure(f"{label}: PostgreSQL connections opened", opened * rate, "sessions/s"),
         Figure(f"{label}: Dagster database growth", grown * SIZING_PIPELINES * 24 / 1e9, "GB/day"),
     ]
 

@@ -649,10 +649,11 @@ def describe_ticks(dev: DagsterDev, sensor: str, *, after: float, before: float)
     )
 
 
-def _gist(error: Any) -> str:
+def _gist(error: Any, *, depth: int = 2) -> str:
     """A tick's error in a line: its message's first line, and its cause's (Dagster wraps a timeout as unreachable)."""
     gist = error.message.strip().splitlines()[0][:200] if error.message.strip() else "?"
-    return gist + (f" <- {_gist(error.cause)}" if error.cause is not None else "")
+    cause = error.cause if depth > 1 else None
+    return gist + (f" <- {_gist(cause, depth=depth - 1)}" if cause is not None else "")
 
 
 def diagnose(home: CeleryHome, crawls: Sequence[Crawl], runs: dict[str, Any]) -> None:

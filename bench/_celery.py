@@ -56,11 +56,13 @@ def require_services() -> None:
         )
 
 
-def celery_profile(directory: Path, queue: str) -> Path:
-    """deploy/dagster.celery.yaml with runs sent to `queue` and task states kept under `queue:` in Redis."""
+def celery_profile(directory: Path, queue: str, *, pool_processes: int) -> Path:
+    """deploy/dagster.celery.yaml with runs sent to `queue`, task states kept under `queue:` in Redis, and as many
+    runs launched at once as the workers have `pool_processes`, as the profile asks."""
     import yaml
 
     config = yaml.safe_load((REPO / "deploy" / "dagster.celery.yaml").read_text())
+    config["concurrency"]["runs"]["max_concurrent_runs"] = pool_processes
     launcher = config["run_launcher"]["config"]
     launcher["default_queue"] = queue
     launcher["config_source"]["result_backend_transport_options"] = {"global_keyprefix": f"{queue}:"}

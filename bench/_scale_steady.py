@@ -43,11 +43,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from _celery import celery_profile
 from _corpus import (
     BIN,
     OUR_LOCATION,
     OUR_LOCATION_YAML,
-    REPO,
     DagsterDev,
     KiB,
     dagster_dev_parts,
@@ -119,26 +119,15 @@ def database(label: str) -> Iterator[str]:
         admin.dispose()
 
 
-def celery_config(queue: str) -> str:
-    """deploy/dagster.celery.yaml with runs sent to `queue` and task states under its name in Redis: the broker and
-    Redis may be shared with others', whose workers must not take these runs."""
-    import yaml
-
-    config = yaml.safe_load((REPO / "deploy" / "dagster.celery.yaml").read_text())
-    launcher = config["run_launcher"]["config"]
-    launcher["default_queue"] = queue
-    launcher["config_source"]["result_backend_transport_options"] = {"global_keyprefix": f"{queue}:"}
-    return yaml.safe_dump(config)
-
-
 class CeleryHome:
     """The Celery profile in a temporary directory: DAGSTER_HOME with `celery_config`, the app database and
     Dagster's storage on fresh PostgreSQL databases, the crawler allowed onto loopback, billing on. `env` is the
     deployment's environment; this process is switched onto the same stores, to seed them and read the runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, pool_processes: int) -> None:
         self._exit = ExitStack()
         self.queue = f"bench-steady-{uuid.uuid4().hex[:8]}"
+        self.pool_processes = pool_processes
 
     def __enter__(self) -> CeleryHome:
         import dagster as dg
@@ -151,7 +140,9 @@ class CeleryHome:
         self.app_url = self._exit.enter_context(database("app"))
         home = self.dir / "dagster-home"
         home.mkdir()
-        (home / "dagster.yaml").write_text(celery_config(self.queue))
+        (home / "dagster.yaml").write_text(
+            celery_profile(self.dir, self.queue, pool_processes=self.pool_processes).read_text()
+        )
         self.env = {key: value for key, value in os.environ.items() if not key.startswith(("PIPELINES_", "DAGSTER_"))}
         self.env |= {
             "DAGSTER_HOME": str(home),
@@ -705,7 +696,7 @@ def measure(pipelines: int, minutes: float, *, smoke: bool, concurrency: int = C
     with ExitStack() as stack:
         _server, urls = stack.enter_context(served_corpus(pages=min(PAGES, pipelines), min_bytes=PAGE_BYTES, seed=SEED))
         receiver = stack.enter_context(Receiver(paths=RECEIVER_PATHS))
-        home = stack.enter_context(CeleryHome())
+        home = stack.enter_context(CeleryHome(pool_processes=concurrency))
         dev = DagsterDev(
             home,  # type: ignore[arg-type]  # what DagsterDev reads of an EmbeddedHome, on the Celery profile
             workspace_yaml="load_from:\n" + OUR_LOCATION_YAML,

@@ -143,7 +143,7 @@ def deployment_of(profile: str, directory: Path, dagster_url: str, app_url: str)
     }
     queue = f"pipelines-bench-{uuid.uuid4().hex[:8]}"
     if profile == CELERY:
-        config = celery_profile(directory, queue)
+        config = celery_profile(directory, queue, pool_processes=usable_cores())
         env |= {"PIPELINES_CELERY_BROKER_URL": BROKER_URL, "PIPELINES_CELERY_BACKEND_URL": REDIS_URL}
     else:
         config = REPO / "deploy" / "dagster.postgres.yaml"

@@ -176,6 +176,9 @@ def test_the_celery_profile_is_the_postgres_profile_with_celery_workers() -> Non
     postgres = yaml.safe_load((DEPLOY / "dagster.postgres.yaml").read_text())
     assert celery.pop("run_launcher")["class"] == "PipelinesCeleryRunLauncher"
     assert celery["run_monitoring"].pop("max_resume_run_attempts") == 0
+    # Runs wait in Dagster's queue until a pool process is free, not in the broker; no capture processes per run.
+    assert celery["concurrency"]["runs"].pop("max_concurrent_runs") == 4
+    assert celery.pop("compute_logs")["class"] == "NoOpComputeLogManager"
     assert celery == postgres
 
 

@@ -45,6 +45,7 @@ TASK_ID_TAG = "dagster-celery/task_id"
 WORKER_READY_SECONDS = 60
 RUN_WITHIN_SECONDS = 90
 SPREAD_PIPELINES = 20
+POOL_PROCESSES = 3
 # The crawler's default: requests at a time to one host, across every run on every worker (the shared budget).
 PER_HOST_CONCURRENCY = 4
 # Slow pages, so a run is still crawling when it is killed.
@@ -108,6 +109,8 @@ def _celery_config(directory: Path, queue: str) -> Path:
     launcher = config["run_launcher"]["config"]
     launcher["default_queue"] = queue
     launcher["config_source"]["result_backend_transport_options"] = {"global_keyprefix": f"{queue}:"}
+    # As many runs at once as the workers' pool processes: solo's one and duo's two.
+    config["concurrency"]["runs"]["max_concurrent_runs"] = POOL_PROCESSES
     path = directory / "dagster.celery.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -12,6 +12,11 @@ pool process executes whole; this subclass adds two things and nothing of a queu
   runtime. Here a started task's worker must also answer Celery's ping; one that has not for WORKER_GONE_SECONDS
   has its runs failed by run monitoring, and run retries start them again on a worker that is alive. A ping
   that cannot be sent (the broker restarting) proves nothing, and fails no run.
+
+And on the workers' side, the task that executes a run (`register_run_task`) is dagster-celery's, but on one
+Dagster instance per pool process whose storage keeps its PostgreSQL connections: dagster-celery opens an
+instance per run, and Dagster's PostgreSQL storage outside the webserver opens a connection per statement, over
+a hundred for a one-page run.
 """
 
 from __future__ import annotations
@@ -23,7 +28,11 @@ from functools import cached_property
 from typing import Any
 
 import dagster as dg
+from dagster._cli.api import _execute_run_command_body
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+from dagster._grpc.types import ExecuteRunArgs
+from dagster._serdes import unpack_value
+from dagster_celery.config import TASK_EXECUTE_JOB_NAME
 from dagster_celery.launcher import CeleryRunLauncher
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 from sqlalchemy.orm import Session, sessionmaker
@@ -41,6 +50,12 @@ WORKER_GONE_SECONDS = 15.0
 PING_TIMEOUT_SECONDS = 1.0
 # One ping answers for every run checked in one monitoring poll.
 PING_REUSE_SECONDS = 3.0
+# A pool process's storage connections: one kept per storage, as many more as a run's threads need at once
+# (closed when given back), each replaced after an hour, and no statement timeout (the webserver's 15 s bounds
+# what a page asks; a run's own queries are bounded by its maximum runtime).
+OVERFLOW_CONNECTIONS = 10
+RECYCLE_SECONDS = 3600
+NO_STATEMENT_TIMEOUT = 0
 # Brokers whose lowest Celery priority goes first.
 LOWEST_FIRST_SCHEMES = ("redis", "rediss", "sentinel")
 
@@ -143,3 +158,34 @@ class PipelinesCeleryRunLauncher(CeleryRunLauncher):
         except Exception:
             return None
         return {name for answer in answers for name in answer}
+
+
+_process_instance: dg.DagsterInstance | None = None
+
+
+def process_instance() -> dg.DagsterInstance:
+    """This pool process's Dagster instance ($DAGSTER_HOME's), its storage connections pooled; made by its first
+    run, after the pool process was forked, and kept for the runs after it."""
+    global _process_instance
+    if _process_instance is None:
+        instance = dg.DagsterInstance.get()
+        instance.optimize_for_webserver(
+            statement_timeout=NO_STATEMENT_TIMEOUT, pool_recycle=RECYCLE_SECONDS, max_overflow=OVERFLOW_CONNECTIONS
+        )
+        _process_instance = instance
+    return _process_instance
+
+
+def register_run_task(app: Any) -> None:
+    """The task the launcher sends each run as (dagster-celery's name and arguments), on the worker's app: it
+    executes the run in this pool process as dagster-celery's does, on the process's instance."""
+
+    @app.task(bind=True, name=TASK_EXECUTE_JOB_NAME, track_started=True)  # type: ignore[untyped-decorator]
+    def execute_job(_task: Any, execute_job_args_packed: Any) -> int:
+        args = unpack_value(val=execute_job_args_packed, as_type=ExecuteRunArgs)
+        return _execute_run_command_body(
+            instance=process_instance(),
+            run_id=args.run_id,
+            write_stream_fn=lambda _event: None,
+            set_exit_code_on_failure=args.set_exit_code_on_failure is not False,
+        )

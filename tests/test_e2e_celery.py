@@ -210,9 +210,11 @@ def test_runs_of_a_pipeline_routed_to_a_queue_run_on_its_worker_in_one_warm_pool
     seeded = [seed(dev, name) for name in ("celeryone", "celerytwo")]
     for pipeline in seeded:
         _route(dev, pipeline, celery.solo_queue)
-    runs = [celery.ended(celery.run_now(pipeline)) for pipeline in seeded]
-
     solo = celery.workers["solo"]
+    runs, kept = [], []
+    for pipeline in seeded:
+        runs.append(celery.ended(celery.run_now(pipeline)))
+        kept.append(_storage_connections(dev, solo))
     for run, pipeline in zip(runs, seeded, strict=True):
         assert run.status == dg.DagsterRunStatus.SUCCESS, celery.logs()
         # Sent to the pipeline's queue at a manual run's priority (RabbitMQ: the highest first).
@@ -224,6 +226,27 @@ def test_runs_of_a_pipeline_routed_to_a_queue_run_on_its_worker_in_one_warm_pool
     # Both runs executed in solo's one pool process: no process was started for either.
     pids = {dev.run_pid(run.run_id) for run in runs}
     assert len(pids) == 1 and pids <= solo.pool(), (pids, solo.pool())
+    # On one Dagster instance, whose connections to Dagster's storage outlived the first run and served the second.
+    assert kept[0] and kept[0] & kept[1], kept
+
+
+def _storage_connections(dev: Dev, worker: Worker) -> set[int]:
+    """The client ports of the worker's pool processes' open connections to Dagster's storage database."""
+    ports = {
+        connection.laddr.port
+        for pid in worker.pool()
+        for connection in psutil.Process(pid).net_connections(kind="tcp")
+        if connection.raddr and connection.status == psutil.CONN_ESTABLISHED
+    }
+    engine = sa.create_engine(dev.env["DAGSTER_PG_URL"], poolclass=sa.pool.NullPool)
+    with engine.connect() as connection:
+        storage = set(
+            connection.execute(
+                sa.text("SELECT client_port FROM pg_stat_activity WHERE datname = current_database()")
+            ).scalars()
+        )
+    engine.dispose()
+    return ports & storage
 
 
 def test_twenty_pipelines_spread_over_both_workers_under_one_per_host_budget(celery: CeleryDeployment):

@@ -86,7 +86,8 @@ def launcher_app(settings: Settings) -> tuple[Celery, str]:
     do, when dagster-celery is not installed or the instance launches runs otherwise."""
     try:
         from dagster_celery.launcher import CeleryRunLauncher
-        from dagster_celery.tasks import create_execute_job_task
+
+        from pipelines_dagster.distributed import register_run_task
     except ImportError:
         raise click.ClickException(
             "the worker needs dagster-celery: install the `distributed` extra (pip install 'pipelines-dagster"
@@ -113,7 +114,7 @@ def launcher_app(settings: Settings) -> tuple[Celery, str]:
             f"worker: copy {CELERY_PROFILE} to $DAGSTER_HOME/dagster.yaml (for the daemon and webserver too) and set "
             "PIPELINES_CELERY_BROKER_URL and PIPELINES_CELERY_BACKEND_URL"
         )
-    create_execute_job_task(launcher.celery)
+    register_run_task(launcher.celery)
     return launcher.celery, launcher.default_queue
 
 

@@ -95,8 +95,6 @@ bench: install
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/notify_load.py
 	$(BIN)/python bench/hostile.py
-	$(BIN)/python bench/_scale_partitions.py
-	$(BIN)/python bench/_scale_steady.py
 
 # Every bench at a tiny size of the same code path: its figures printed, its speed and memory targets not
 # judged; each fails only when something did not work (a crash, a failed run, a wrong count). CI runs it.
@@ -112,5 +110,3 @@ bench-smoke: install
 	$(BIN)/python bench/scale.py --smoke
 	$(BIN)/python bench/notify_load.py --smoke
 	$(BIN)/python bench/hostile.py --smoke
-	$(BIN)/python bench/_scale_partitions.py --smoke
-	$(BIN)/python bench/_scale_steady.py --smoke

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipelines_dagster.cli.common import user_errors
+from pipelines_dagster.cli.worker_pool import guard_pool_processes
 from pipelines_dagster.core.crawl.crawler import usable_cores
 from pipelines_dagster.instance import dagster_instance
 from pipelines_dagster.settings import Settings, load_settings
@@ -151,6 +152,7 @@ def worker(queues: tuple[str, ...], concurrency: int | None, name: str) -> None:
     settings = load_settings()
     settings.require_deployment()
     app, default_queue = launcher_app(settings)
+    guard_pool_processes()
     argv = worker_argv(queues=queues or (default_queue,), concurrency=concurrency or usable_cores(), name=name)
     # app.start, not app.worker_main, which drops the worker's exit code.
     if exit_code := app.start(argv=argv):

@@ -1314,15 +1314,21 @@ class DagsterDev:
         raise SystemExit(f"no code server process for the code location {location}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            import signal
+        if self.process is not None:
+            stop_group(self.process)
 
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process started in a session of its own, and all of its group: SIGTERM, SIGKILL after a minute."""
+    if process.poll() is None:
+        import signal
+
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 RESULT_PREFIX = "BENCH-RESULT "

@@ -1,7 +1,8 @@
 """A pool process of a real Celery prefork worker, guarded as `pipelines-dagster worker` guards its own: a task
 that changes the process's environment, loggers, garbage collector, signal handlers, working directory, import
 path, warning filters and socket timeout leaves none of it to the next task in that process, and the worker's
-log names what it changed (and the thread and file it left, which cannot be undone)."""
+log names what it changed (and the thread and file it left, which cannot be undone); what the code location
+set as the pool process imported it, before its first task, stays."""
 
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def test_nothing_a_task_sets_reaches_the_next_task_in_the_pool_process(
     after = app.send_task("observe", queue=queue).get(timeout=60)
     assert first["pid"] == leaker == after["pid"], "the tasks ran in different pool processes"
     assert after == first
+    # The code location was imported before the first task, in the pool process: what its import set stays.
+    assert first["location_loaded"] == str(first["pid"])
     assert KEPT_VARIABLE in after["variables"] and LEAKED_VARIABLE not in after["variables"]
     assert (after["logger_handlers"], after["gc"][0], after["cwd"]) == (0, True, str(tmp_path))
     warning = next(line for line in log.read_text().splitlines() if "left this pool process changed" in line)

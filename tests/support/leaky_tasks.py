@@ -22,9 +22,11 @@ from pipelines_dagster.cli.worker_pool import guard_pool_processes
 
 app = Celery("leaky", broker=os.environ.get("LEAKY_BROKER_URL"), backend="rpc://")
 app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"])
-guard_pool_processes()
+guard_pool_processes(code_location="tests.support.leaky_location")
 
 LEAKED_VARIABLE = "LEAKY_RUN_SECRET"
+# What tests/support/leaky_location.py sets as it is imported: in the pool process, not in the worker.
+LOCATION_VARIABLE = "LEAKY_LOCATION_LOADED"
 LEAKED_LOGGER = "pipelines_dagster.leaky"
 # The variable the worker was started with, which a run removes.
 KEPT_VARIABLE = "LEAKY_KEPT"
@@ -61,6 +63,7 @@ def leak() -> int:
 def observe() -> dict[str, Any]:
     return {
         "pid": os.getpid(),
+        "location_loaded": os.environ.get(LOCATION_VARIABLE),
         "variables": sorted(name for name in os.environ if name.startswith("LEAKY_")),
         "logger_handlers": len(logging.getLogger(LEAKED_LOGGER).handlers),
         "logger_level": logging.getLogger(LEAKED_LOGGER).level,

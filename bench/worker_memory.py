@@ -28,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -332,6 +333,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=None, help=f"runs to execute (default {RUNS})")
     args = parser.parse_args()
     runs = args.runs or (SMOKE_RUNS if args.smoke else RUNS)
+    # Stopped early (SIGTERM), it still stops the worker and dagster dev and drops its databases.
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     every = SMOKE_SAMPLE_EVERY if args.smoke else SAMPLE_EVERY
     with ExitStack() as stack:
         pages = ChangingPages(PIPELINES)
@@ -354,9 +357,13 @@ def main() -> int:
         launched = 0
         while launched < runs:
             launched = feeder.run_until(min(runs, launched + every), launched)
-            samples.append(sample(worker, feeder.done))
+            samples.append(taken := sample(worker, feeder.done))
             rate = feeder.done / (time.monotonic() - started) * 60
-            print(f"{feeder.done} runs, {rate:.1f} runs/min, {len(feeder.failed)} not succeeded", flush=True)
+            print(
+                f"{feeder.done} runs, {rate:.1f} runs/min, {len(feeder.failed)} not succeeded; pool process "
+                f"{taken.pid}: USS {taken.uss / MiB:.1f} MiB, RSS {taken.rss / MiB:.1f} MiB",
+                flush=True,
+            )
         ok = report(samples, smoke=args.smoke)
         warned = worker.guard_warnings()
         print(

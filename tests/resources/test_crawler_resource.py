@@ -18,7 +18,7 @@ from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
 from pipelines_dagster.resources.network import NetworkAccess
-from pipelines_dagster.settings import default_extraction_slots_dir, load_settings
+from pipelines_dagster.settings import SettingsError, default_extraction_slots_dir, load_settings
 from tests.support.web import Reply, Request, WebServer, page
 
 
@@ -98,7 +98,13 @@ def test_the_deployments_extraction_workers_take_the_machines_slots_in_the_direc
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("TMPDIR", raising=False)
-    assert load_settings(data_dir=tmp_path).extraction_slots_dir == default_extraction_slots_dir()
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS_DIR", "")
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS", "")
+    unset = load_settings(data_dir=tmp_path)
+    assert (unset.extraction_slots_dir, unset.extraction_slots) == (default_extraction_slots_dir(), None)
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS", "0")
+    with pytest.raises(SettingsError, match=r"PIPELINES_EXTRACTION_SLOTS: .*greater than or equal to 1 \(got '0'\)"):
+        load_settings(data_dir=tmp_path)
     assert default_extraction_slots_dir().parent == Path(tempfile.gettempdir())
     directory = tmp_path / "this-machine"
     monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS_DIR", str(directory))

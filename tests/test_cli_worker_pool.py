@@ -72,7 +72,8 @@ def test_nothing_a_task_sets_reaches_the_next_task_in_the_pool_process(
     queue, log = worker
     app.conf.broker_url = broker_url
     first = app.send_task("observe", queue=queue).get(timeout=60)
-    leaker = app.send_task("leak", queue=queue).get(timeout=60)
+    packed = {"__class__": "ExecuteRunArgs", "run_id": "run-that-leaks"}
+    leaker = app.send_task("leak", kwargs={"execute_job_args_packed": packed}, queue=queue).get(timeout=60)
     after = app.send_task("observe", queue=queue).get(timeout=60)
     assert first["pid"] == leaker == after["pid"], "the tasks ran in different pool processes"
     assert after == first
@@ -82,6 +83,7 @@ def test_nothing_a_task_sets_reaches_the_next_task_in_the_pool_process(
     assert (after["logger_handlers"], after["gc"][0], after["cwd"]) == (0, True, str(tmp_path))
     warning = next(line for line in log.read_text().splitlines() if "left this pool process changed" in line)
     for named in (
+        "run run-that-leaks (task leak ",
         "environment variables: LEAKY_KEPT, LEAKY_RUN_SECRET",
         "loggers: pipelines_dagster.leaky, root",
         "garbage collector: enabled state or thresholds",

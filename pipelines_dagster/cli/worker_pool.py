@@ -34,16 +34,23 @@ def _before_task(task_id: str, **_: Any) -> None:
     _taken[task_id] = ProcessState(files=not first)
 
 
-def _after_task(task_id: str, task: Any, args: Any = (), **_: Any) -> None:
+def _run_id(args: Any, kwargs: Any) -> str:
+    """The run a task executes: its packed ExecuteRunArgs (dagster-celery passes them by keyword) name it."""
+    for value in (*(args or ()), *(kwargs or {}).values()):
+        run_id = value.get("run_id") if isinstance(value, dict) else None
+        if isinstance(run_id, str):
+            return run_id
+    return "?"
+
+
+def _after_task(task_id: str, task: Any, args: Any = (), kwargs: Any = None, **_: Any) -> None:
     state = _taken.pop(task_id, None)
     if state is None:
         return
     if changed := state.restore():
-        packed = args[0] if args else None
-        run_id = packed.get("run_id") if isinstance(packed, dict) else None
         logger.warning(
             "run %s (task %s %s) left this pool process changed; put back where possible: %s",
-            run_id or "?",
+            _run_id(args, kwargs),
             task.name,
             task_id,
             "; ".join(f"{part}: {', '.join(names)}" for part, names in changed.items()),

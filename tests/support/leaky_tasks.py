@@ -41,7 +41,8 @@ def _on_usr1(number: int, frame: Any) -> None:
 
 
 @app.task(name="leak")
-def leak() -> int:
+def leak(execute_job_args_packed: dict[str, Any]) -> int:
+    """Takes its run as dagster-celery's task does."""
     os.environ[LEAKED_VARIABLE] = "hunter2"
     os.environ.pop(KEPT_VARIABLE, None)
     logging.getLogger(LEAKED_LOGGER).addHandler(logging.StreamHandler(sys.stderr))

@@ -331,11 +331,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="10 runs; fail only when a run did not succeed")
     parser.add_argument("--runs", type=int, default=None, help=f"runs to execute (default {RUNS})")
+    parser.add_argument("--sample-every", type=int, default=None, help=f"runs between samples (default {SAMPLE_EVERY})")
     args = parser.parse_args()
     runs = args.runs or (SMOKE_RUNS if args.smoke else RUNS)
     # Stopped early (SIGTERM), it still stops the worker and dagster dev and drops its databases.
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-    every = SMOKE_SAMPLE_EVERY if args.smoke else SAMPLE_EVERY
+    every = args.sample_every or (SMOKE_SAMPLE_EVERY if args.smoke else SAMPLE_EVERY)
     with ExitStack() as stack:
         pages = ChangingPages(PIPELINES)
         stack.callback(pages.close)

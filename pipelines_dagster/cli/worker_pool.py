@@ -4,6 +4,7 @@ what the run had changed. A pool process executes up to 200 runs, one after anot
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 from typing import Any
@@ -47,6 +48,9 @@ def _after_task(task_id: str, task: Any, args: Any = (), kwargs: Any = None, **_
     state = _taken.pop(task_id, None)
     if state is None:
         return
+    # What the run left in reference cycles (its instance, resources, event records) is freed now: in a process
+    # this size the collector's full passes are rare, and until one comes each run's cycles add up like a leak.
+    gc.collect()
     if changed := state.restore():
         logger.warning(
             "run %s (task %s %s) left this pool process changed; put back where possible: %s",

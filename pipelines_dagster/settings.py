@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from functools import cached_property
 from ipaddress import ip_network
 from pathlib import Path
@@ -35,6 +36,11 @@ APP_DATABASE_FILE = "app.sqlite3"
 # The demo's ports: the Dagster UI's, and the example site's (the demo pipeline's URLs name it).
 DEFAULT_UI_PORT = 3000
 DEFAULT_SITE_PORT = 8765
+
+
+def default_extraction_slots_dir() -> Path:
+    """Where every process of the machine finds the extraction slots: the machine's temporary directory."""
+    return Path(tempfile.gettempdir()) / "pipelines-dagster-extraction-slots"
 
 
 def default_data_dir() -> Path:
@@ -137,13 +143,25 @@ class Settings(BaseSettings):
         description="The largest request body the API (webhooks aside: their cap is 1 MiB) and the MCP server "
         "accept; a larger one is answered 413 before it is read.",
     )
+    extraction_slots_dir: Path = Field(
+        default_factory=default_extraction_slots_dir,
+        description="The directory through which the runs on one machine share its extraction slots: give every "
+        "process of a machine the same one. Default: pipelines-dagster-extraction-slots in the temporary "
+        "directory ($TMPDIR or /tmp).",
+    )
+    extraction_slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="The most text extraction processes live at once across all runs sharing the extraction slots "
+        "directory. Default: the cores this process may use.",
+    )
     crawler_allow_private_networks: bool = False
     crawler_allowed_networks: str = Field(
         default="",
         description="Comma-separated networks the crawler may reach despite the SSRF guard, e.g. 127.0.0.1/32.",
     )
 
-    @field_validator("data_dir", "api_url", "dagster_url", mode="before")
+    @field_validator("data_dir", "extraction_slots_dir", "extraction_slots", "api_url", "dagster_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object, info: ValidationInfo) -> object:
         # Set but empty (`PIPELINES_DATA_DIR=`) is unset, so it takes the default: as a path it would be the

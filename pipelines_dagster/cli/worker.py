@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipelines_dagster.cli.common import user_errors
+from pipelines_dagster.cli.worker_pool import guard_pool_processes
 from pipelines_dagster.core.crawl.crawler import usable_cores
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.validation import validate_queue_name
@@ -153,6 +154,7 @@ def worker(queues: tuple[str, ...], concurrency: int | None, name: str) -> None:
     settings = load_settings()
     settings.require_deployment()
     app, default_queue = launcher_app(settings)
+    guard_pool_processes()
     argv = worker_argv(queues=queues or (default_queue,), concurrency=concurrency or usable_cores(), name=name)
     # The pool processes, forked from this one, record the worker on each crawl they run (crawl_results' `worker`).
     os.environ[WORKER_NAME_ENV] = node_name(name)

@@ -1,6 +1,7 @@
 """The `crawler` resource: the crawl engine, configured per deployment, one set of extraction workers per run.
 
-Given the `locks` resource, its per-host concurrency and Crawl-delay hold across every run sharing that backend.
+Given the `locks` resource, its per-host concurrency and Crawl-delay hold across every run sharing that backend;
+given an extraction slots directory, the extraction workers of every run on the machine share its cores.
 
 The engine (and httpx with it) is imported when the resource starts, not with the code location
 that every run process loads.
@@ -8,6 +9,7 @@ that every run process loads.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -43,6 +45,14 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
         default=None,
         description="Where the per-host budget shared by all runs lives; without it each run keeps its own.",
     )
+    extraction_slots_dir: str | None = Field(
+        default=None,
+        description="The directory through which all runs on the machine share its extraction slots; without it "
+        "each run starts up to a worker per core of its own.",
+    )
+    extraction_slots: int | None = Field(
+        default=None, ge=1, description="Extraction processes live at once on the machine. Default: its cores."
+    )
 
     _crawler: Crawler | None = PrivateAttr(default=None)
 
@@ -62,11 +72,15 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
         )
 
     def _build(self) -> Crawler:
-        from pipelines_dagster.core.crawl.crawler import Crawler
+        from pipelines_dagster.core.crawl.crawler import Crawler, usable_cores
+        from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots
         from pipelines_dagster.core.crawl.host_budget import HostBudget
 
         budget = HostBudget(self.locks.locks) if self.locks is not None else None
-        return Crawler(self.config(), host_budget=budget)
+        slots = None
+        if self.extraction_slots_dir is not None:
+            slots = ExtractionSlots(Path(self.extraction_slots_dir), self.extraction_slots or usable_cores())
+        return Crawler(self.config(), host_budget=budget, slots=slots)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._crawler = self._build()

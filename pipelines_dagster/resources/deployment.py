@@ -62,7 +62,12 @@ def build_resources(settings: Settings) -> Resources:
         "app_db": app_db,
         "blob_store": blob_store,
         "locks": locks,
-        "crawler": CrawlerResource(network=network, locks=locks if settings.shares_host_budget else None),
+        "crawler": CrawlerResource(
+            network=network,
+            locks=locks if settings.shares_host_budget else None,
+            extraction_slots_dir=str(settings.extraction_slots_dir.resolve()),
+            extraction_slots=settings.extraction_slots,
+        ),
         "billing": BillingResource(
             app_db=app_db,
             billing_enabled=settings.billing_enabled,

@@ -3,6 +3,8 @@ one of the host's slots in the budget shared by all runs (Redis or the lease tab
 
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -10,12 +12,13 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
+from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots
 from pipelines_dagster.core.crawl.host_budget import slot_lock_name
 from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.deployment import build_resources
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
 from pipelines_dagster.resources.network import NetworkAccess
-from pipelines_dagster.settings import load_settings
+from pipelines_dagster.settings import SettingsError, default_extraction_slots_dir, load_settings
 from tests.support.web import Reply, Request, WebServer, page
 
 
@@ -89,3 +92,32 @@ def test_sqlite_lease_commits_skip_the_fsync(sqlite_engine: sa.Engine) -> None:
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL, not FULL (2)
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     assert resource.locks.owner_of("test:lease") == "one"
+
+
+def test_the_deployments_extraction_workers_take_the_machines_slots_in_the_directory_the_environment_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("TMPDIR", raising=False)
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS_DIR", "")
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS", "")
+    unset = load_settings(data_dir=tmp_path)
+    assert (unset.extraction_slots_dir, unset.extraction_slots) == (default_extraction_slots_dir(), None)
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS", "0")
+    with pytest.raises(SettingsError, match=r"PIPELINES_EXTRACTION_SLOTS: .*greater than or equal to 1 \(got '0'\)"):
+        load_settings(data_dir=tmp_path)
+    assert default_extraction_slots_dir().parent == Path(tempfile.gettempdir())
+    directory = tmp_path / "this-machine"
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS_DIR", str(directory))
+    monkeypatch.setenv("PIPELINES_EXTRACTION_SLOTS", "1")
+    crawler = build_resources(load_settings(data_dir=tmp_path))["crawler"]
+    assert (crawler.extraction_slots_dir, crawler.extraction_slots) == (str(directory), 1)
+    with WebServer() as web:
+        web.route("/page", page("Slots", "Every run on the machine shares its cores."))
+        with crawler.model_copy(update={"network": NetworkAccess(allowed_networks=["127.0.0.1/32"])}).crawler as built:
+            [outcome] = built.crawl_all([web.url("/page")])
+            assert outcome.status == "success"
+            # Its one worker holds the only slot while the crawler keeps it.
+            assert ExtractionSlots(directory, 1).try_take() is None
+    fd = ExtractionSlots(directory, 1).try_take()
+    assert fd is not None
+    os.close(fd)

@@ -17,6 +17,7 @@ import httpx
 
 from pipelines_dagster.core.crawl.body import ACCEPT_ENCODING
 from pipelines_dagster.core.crawl.extract.extracted import Extracted
+from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots
 from pipelines_dagster.core.crawl.extract.workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.crawl.fetch import Fetcher
 from pipelines_dagster.core.crawl.host_budget import HostBudget
@@ -46,15 +47,22 @@ class Crawler:
     and all are kept for later crawls until close().
 
     With a `host_budget`, per-host concurrency and Crawl-delay hold across every crawl sharing its
-    locks backend, not only within this crawl.
+    locks backend, not only within this crawl; with `slots`, the extraction workers of every crawl
+    sharing them are capped together (one slot per core of the machine, say).
     """
 
     def __init__(
-        self, config: CrawlerConfig, *, resolver: Resolver | None = None, host_budget: HostBudget | None = None
+        self,
+        config: CrawlerConfig,
+        *,
+        resolver: Resolver | None = None,
+        host_budget: HostBudget | None = None,
+        slots: ExtractionSlots | None = None,
     ) -> None:
         self.config = config
         self._resolver = resolver
         self._host_budget = host_budget
+        self._slots = slots
         self._workers: ExtractionWorkers | None = None
         self._workers_lock = threading.Lock()
 
@@ -173,7 +181,7 @@ class Crawler:
         with self._workers_lock:
             if self._workers is None:
                 count = self.config.extract_workers or usable_cores()
-                self._workers = ExtractionWorkers(count, timeout=self.config.extract_timeout)
+                self._workers = ExtractionWorkers(count, timeout=self.config.extract_timeout, slots=self._slots)
             return self._workers
 
     def _start_workers_early(self) -> None:

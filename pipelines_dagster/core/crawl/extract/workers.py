@@ -32,12 +32,16 @@ from queue import Empty, SimpleQueue
 from typing import Any, BinaryIO
 
 from pipelines_dagster.core.crawl.extract.extracted import Extracted
+from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots, SlotsUnavailable
 
 _LENGTHS = struct.Struct(">II")
 # A worker imports from the parent's sys.path, as multiprocessing's spawn does, so it runs the
 # same code as the parent whether the package is installed or run from a checkout.
 _BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from {module} import main; main()"
 _STOP_GRACE_SECONDS = 5.0
+# How often a crawl with no worker yet looks for a freed slot: a few files checked a few times a second
+# cost nothing next to a crawl, and a freed slot is found well before the next page would be.
+_SLOT_WAIT_SECONDS = 0.05
 # How often a worker checks that its parent is still there. A parent's death closes the request
 # pipe, which wakes the worker at once, unless a process the parent forked still holds it open.
 _PARENT_CHECK_SECONDS = 0.1
@@ -145,16 +149,22 @@ def main() -> None:
 
 
 class _Worker:
-    """One worker process and its pipes, used by one thread at a time."""
+    """One worker process and its pipes, used by one thread at a time; it holds `slot` (a locked file
+    descriptor, see `slots`) while it lives, and this process no longer does."""
 
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _BOOT.format(module=__name__), json.dumps([str(entry) for entry in sys.path])],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=worker_environment(dict(os.environ)),
-            close_fds=True,
-        )
+    def __init__(self, slot: int | None = None) -> None:
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _BOOT.format(module=__name__), json.dumps([str(entry) for entry in sys.path])],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=worker_environment(dict(os.environ)),
+                close_fds=True,
+                pass_fds=() if slot is None else (slot,),
+            )
+        finally:
+            if slot is not None:
+                os.close(slot)
         assert self.process.stdin is not None and self.process.stdout is not None
         self._requests = self.process.stdin.fileno()
         self._replies = self.process.stdout.fileno()
@@ -256,48 +266,67 @@ class ExtractionWorkers:
     One worker starts at once; another only when a page finds every started worker busy, so a
     crawl of a page or two pays for one worker's start-up (about 0.1 CPU-second), not one per core.
     A worker that dies or overruns `timeout` on a page fails that page only and is replaced.
+
+    With `slots`, each worker also needs a free slot of the machine's to start: the first waits for
+    one (a crawl needs a worker), the others start only when one is free as a page finds every
+    worker busy.
     """
 
-    def __init__(self, count: int, *, timeout: float) -> None:
+    def __init__(self, count: int, *, timeout: float, slots: ExtractionSlots | None = None) -> None:
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
         self.count = count
         self.timeout = timeout
+        self.slots = slots
         self._lock = threading.Lock()
         self._closed = False
         self._idle: SimpleQueue[_Worker] = SimpleQueue()
         self._workers: list[_Worker] = []
         self._threads = ThreadPoolExecutor(max_workers=count, thread_name_prefix="extract")
         with self._lock:
-            self._idle.put(self._spawn())
+            if (worker := self._spawn()) is not None:
+                self._idle.put(worker)
 
     def _take(self) -> _Worker:
-        """An idle worker; a new one when all are busy and there is room for one, else the next freed."""
-        try:
-            return self._idle.get_nowait()
-        except Empty:
-            pass
-        with self._lock:
-            if len(self._workers) < self.count:
-                return self._spawn()
-        return self._idle.get()
+        """An idle worker; a new one when all are busy and there is room and a slot for one, else the
+        next freed; with no worker at all, whichever comes first of a freed slot and a worker."""
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except Empty:
+                pass
+            with self._lock:
+                if len(self._workers) < self.count and (worker := self._spawn()) is not None:
+                    return worker
+                started = bool(self._workers)
+            if started:
+                return self._idle.get()
+            try:
+                return self._idle.get(timeout=_SLOT_WAIT_SECONDS)
+            except Empty:
+                continue
 
-    def _spawn(self) -> _Worker:
-        """Start a worker; the caller holds the lock."""
+    def _spawn(self) -> _Worker | None:
+        """Start a worker, or None when no slot is free; the caller holds the lock."""
         if self._closed:
             raise ExtractionError("the text extraction workers were stopped")
         try:
-            worker = _Worker()
+            slot = None if self.slots is None else self.slots.try_take()
+        except SlotsUnavailable as exc:
+            raise ExtractionError(f"the text extraction workers could not start: {exc}") from None
+        if self.slots is not None and slot is None:
+            return None
+        try:
+            worker = _Worker(slot)
         except OSError as exc:
             raise ExtractionError(f"the text extraction workers could not start: {exc}") from None
         self._workers.append(worker)
         return worker
 
-    def _replace(self, dead: _Worker) -> _Worker:
+    def _discard(self, dead: _Worker) -> None:
         with self._lock:
             if dead in self._workers:
                 self._workers.remove(dead)
-            return self._spawn()
 
     @property
     def pids(self) -> list[int]:
@@ -307,9 +336,10 @@ class ExtractionWorkers:
     def extract(self, body: bytes, *, media_type: str, charset: str | None, url: str, links: bool = False) -> Extracted:
         """Extract one page in the next idle worker, blocking until one is free; `links`: its links too."""
         worker = self._take()
+        while not worker.alive:  # stopped after its last page, or died since: its slot went with it
+            self._discard(worker)
+            worker = self._take()
         try:
-            if not worker.alive:  # stopped after its last page, or died since
-                worker = self._replace(worker)
             return worker.extract(
                 body, media_type=media_type, charset=charset, url=url, timeout=self.timeout, links=links
             )

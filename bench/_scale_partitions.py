@@ -21,7 +21,7 @@ The bodies are recorded at run time rather than stored here: which queries a pag
 page is refetched while it loads) and on the pinned Dagster release; a stored copy would replay an old UI.
 
 Target (issue 26, done-when (e)): page-load p95 <= 2 s at up to 50,000 partitions; 100,000 (Dagster's advised
-ceiling per asset) is measured and printed for the README, not judged. `--smoke` runs sizes of 200 and 1,000 with
+ceiling per asset) is measured and printed for the README, not judged. `--smoke` runs a size of 200 with
 3 repetitions and fails only when something did not work (a GraphQL error, a page that sent no query).
 """
 
@@ -50,7 +50,7 @@ from _corpus import BIN, OUR_LOCATION, OUR_LOCATION_YAML, REPO, free_port, stop_
 ADMIN_URL = os.environ.get("PIPELINES_BENCH_POSTGRES_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 CHROMIUM = Path(os.environ.get("PIPELINES_BENCH_CHROMIUM", "/usr/bin/chromium"))
 SIZES = (10_000, 50_000, 100_000)
-SMOKE_SIZES = (200, 1_000)
+SMOKE_SIZES = (200,)
 REPEATS, SMOKE_REPEATS = 20, 3
 TARGET_SECONDS = 2.0
 # The issue judges the UI up to here; past it the figures are printed for the README.

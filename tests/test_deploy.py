@@ -161,8 +161,10 @@ def test_the_celery_profile_sends_runs_to_celery_workers_and_never_resumes_them(
     assert launcher.celery.conf.result_extended is True
     assert launcher.celery.conf.worker_prefetch_multiplier == 1
     # A run sent while the broker restarts waits for it about a minute; a worker that loses it keeps its runs.
-    policy = launcher.celery.conf.task_publish_retry_policy
-    assert policy["max_retries"] * policy["interval_max"] >= 60
+    for policy in (launcher.celery.conf.task_publish_retry_policy, launcher.celery.conf.broker_transport_options):
+        assert policy["max_retries"] * policy["interval_max"] >= 60
+    # Kombu gives up reconnecting after this long whatever the retries (default: the 4-s connect timeout).
+    assert launcher.celery.conf.broker_transport_options["connect_retries_timeout"] >= 60
     assert launcher.celery.conf.worker_cancel_long_running_tasks_on_connection_loss is False
     # dagster-celery 0.29.27 resumes a run under a wrong argument name: a dead worker's run is retried instead.
     assert instance.run_monitoring_max_resume_run_attempts == 0

@@ -83,6 +83,10 @@ class CeleryDeployment:
     broker: TcpProxy
     """Every process reaches the broker through it: cut, the broker is down as a restart takes it down."""
 
+    def run_log(self, run_id: str) -> str:
+        """What the run's event log says of it (its engine events name a failed launch or health check)."""
+        return "\n".join(entry.message for entry in self.dev.instance.all_logs(run_id))[-3000:]
+
     def logs(self) -> str:
         return "\n".join([self.dev.log_tail(), *(worker.log_tail() for worker in self.workers.values())])
 
@@ -125,7 +129,12 @@ def _start_worker(dev: Dev, directory: Path, name: str, *, concurrency: int, que
     process = subprocess.Popen(
         [str(BIN / "pipelines-dagster"), "worker", "--name", name, "--concurrency", str(concurrency), *queue_options],
         cwd=directory,
-        env={**dev.env, "PIPELINES_DATA_DIR": str(directory / "data")},
+        env={
+            **dev.env,
+            "PIPELINES_DATA_DIR": str(directory / "data"),
+            # Its machine's extraction slots: one per core of its own, not shared with the other worker's.
+            "PIPELINES_EXTRACTION_SLOTS_DIR": str(directory / "extraction-slots"),
+        },
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -333,7 +342,7 @@ def test_the_broker_down_a_while_loses_no_run(celery: CeleryDeployment):
 
     for run_id, pipeline in ((running_id, running), (waiting_id, waiting)):
         run = celery.ended(run_id, timeout=RUN_WITHIN_SECONDS * 2)
-        assert run.status == dg.DagsterRunStatus.SUCCESS, celery.logs()
+        assert run.status == dg.DagsterRunStatus.SUCCESS, celery.run_log(run_id)
         # Neither failed nor ran twice: the one run, its one charge.
         assert not dev.instance.get_runs(dg.RunsFilter(tags={"dagster/parent_run_id": run_id}))
         assert ledger.charges(dev.sessions, pipeline.workspace_id) == [f"crawl:{run_id}:{pipeline.pipeline_id}"]

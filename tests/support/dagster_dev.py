@@ -200,6 +200,8 @@ def dagster_dev(
         "PIPELINES_CRAWLER_ALLOWED_NETWORKS": "127.0.0.1/32",
         "PIPELINES_BILLING_ENABLED": "true",
         "PIPELINES_DAGSTER_URL": ui_url,
+        # The deployment's runs share its own extraction slots, as a machine's do, not those of every test here.
+        "PIPELINES_EXTRACTION_SLOTS_DIR": str(data / "extraction-slots"),
     }
     env |= given
     engine = create_engine(env.get("PIPELINES_DATABASE_URL") or f"sqlite:///{(data / 'app.sqlite3').resolve()}")

@@ -9,6 +9,7 @@ from pipelines_dagster.notifications.events import queue_run_ended
 from pipelines_dagster.notifications.payloads import RUN_EVENTS, CrawlCounts, DocumentCounts, RunEventData
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.notifications import NotificationsResource
+from pipelines_dagster.sensors.run_status import tick_spent
 
 # Dagster's tag on a failed run it is about to retry (its process died).
 WILL_RETRY_TAG = "dagster/will_retry"
@@ -74,12 +75,14 @@ def _run_end_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
     )
     def notify(
         context: dg.RunStatusSensorContext, app_db: AppDatabaseResource, notifications: NotificationsResource
-    ) -> None:
+    ) -> dg.SkipReason | None:
+        run_id = context.dagster_run.run_id
         queued = queue_run_ends(
             context.dagster_run, context.instance, app_db=app_db, dagster_url=notifications.dagster_url
         )
         if queued:
-            context.log.info(f"queued {queued} notifications of run {context.dagster_run.run_id}")
+            context.log.info(f"queued {queued} notifications of run {run_id}")
+        return tick_spent(app_db, run_id)
 
     return notify
 

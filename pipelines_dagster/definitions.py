@@ -33,7 +33,8 @@ warnings.filterwarnings(
 
 # Dagster's run-status sensors (lock release, run notifications) handle 5 ended runs a tick unless told otherwise,
 # read from the environment of the process that evaluates them, this one: at 5-10 s ticks that is 30-60 runs a
-# minute, fewer than a busy deployment ends. Each of ours handles a run in milliseconds, so a tick takes up to 100.
+# minute, fewer than a busy deployment ends. Ours take up to 100: each reads an ended run once, whatever its
+# pipelines, and stops a tick past TICK_SECONDS (sensors/run_status.py), inside the 60 s sensor deadline.
 RUNS_PER_STATUS_TICK = "100"
 for limit in ("DAGSTER_RUN_STATUS_SENSOR_PROCESS_LIMIT", "DAGSTER_RUN_STATUS_SENSOR_FETCH_LIMIT"):
     os.environ.setdefault(limit, RUNS_PER_STATUS_TICK)

@@ -35,6 +35,7 @@ from pipelines_dagster.runs import (
     member_workspace_tag,
     partition_of,
     pipeline_id_of,
+    pipeline_ids_of,
 )
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ class _Entry:
     """One pipeline of one run: all of a `pipeline_run`, or one pipeline of a `pipeline_batch`."""
 
     record: dg.RunRecord
+    workspace_id: int
     pipeline_id: int
     batch: bool
     partition: str
@@ -310,7 +312,7 @@ class RunHistory:
             entries = [entry for entry in resumed if entry.pipeline_id > int(after_pipeline)] + entries
         listed = [
             (entry, view)
-            for entry, view in zip(entries, self._views(workspace_id, entries, names), strict=True)
+            for entry, view in zip(entries, self._views(entries, names), strict=True)
             if status is None or view.status == status
         ]
         next_cursor: str | None
@@ -337,9 +339,39 @@ class RunHistory:
             return None
         entry = entries[0]
         members = self._member_events([entry] if entry.batch else [])
-        [view] = self._views(workspace_id, [entry], names, members=members)
+        [view] = self._views([entry], names, members=members)
         steps = members[entry.key].steps() if entry.batch else self._steps(run_id)
         return PipelineRunDetail(**view.model_dump(), steps=steps)
+
+    def run_views(self, run_id: str) -> list[PipelineRunView]:
+        """The entry of each pipeline of a run, whichever workspaces they are in, from one read of the run and
+        one set of event-log reads for all of them, so a batch run of many pipelines costs what one does: what
+        the run-status sensors read of a run that ended. A pipeline deleted since has no entry."""
+        records = self._instance.get_run_records(dg.RunsFilter(run_ids=[run_id]), limit=1)
+        if not records:
+            return []
+        record = records[0]
+        tags = record.dagster_run.tags
+        order = {pipeline_id: index for index, pipeline_id in enumerate(pipeline_ids_of(tags))}
+        query = sa.select(Pipeline.id, Pipeline.name, Pipeline.workspace_id, Pipeline.partition_key).where(
+            Pipeline.id.in_(order)
+        )
+        with self._sessions() as session:
+            rows = session.execute(query).all()
+        names = {row.id: row.name for row in rows}
+        entries = []
+        for workspace_id in sorted({row.workspace_id for row in rows}):
+            # A run tagged with a workspace is that workspace's alone, as `get_run` reads it.
+            if tags.get(WORKSPACE_TAG, str(workspace_id)) != str(workspace_id):
+                continue
+            keys = {
+                row.id: stored_partition(row.id, row.partition_key) for row in rows if row.workspace_id == workspace_id
+            }
+            entries += [
+                entry for entry in self._entries(workspace_id, [record], None, keys) if entry.pipeline_id in keys
+            ]
+        entries.sort(key=lambda entry: order[entry.pipeline_id])
+        return self._views(entries, names)
 
     def _pipelines(self, workspace_id: int, pipeline_id: int | None = None) -> tuple[dict[int, str], dict[int, str]]:
         """The names and the partition keys of the workspace's pipelines (or the one's), by id."""
@@ -403,7 +435,15 @@ class RunHistory:
             run = record.dagster_run
             if run.job_name != PIPELINE_BATCH_JOB:
                 single = _pipeline_id(run)
-                entries.append(_Entry(record, single, batch=False, partition=run.tags.get(PARTITION_TAG, str(single))))
+                entries.append(
+                    _Entry(
+                        record,
+                        workspace_id,
+                        single,
+                        batch=False,
+                        partition=run.tags.get(PARTITION_TAG, str(single)),
+                    )
+                )
                 continue
             # The run config says whose each pipeline is, also after a pipeline was deleted.
             members = sorted(
@@ -411,12 +451,11 @@ class RunHistory:
                 for member in _batch_members(run)
                 if member["workspace_id"] == workspace_id and pipeline_id in (None, member["pipeline_id"])
             )
-            entries.extend(_Entry(record, member, batch=True, partition=key) for member, key in members)
+            entries.extend(_Entry(record, workspace_id, member, batch=True, partition=key) for member, key in members)
         return entries
 
     def _views(
         self,
-        workspace_id: int,
         entries: Sequence[_Entry],
         names: Mapping[int, str],
         *,
@@ -473,7 +512,7 @@ class RunHistory:
                     run_id=run.run_id,
                     pipeline_id=entry.pipeline_id,
                     pipeline_name=names.get(entry.pipeline_id),
-                    workspace_id=workspace_id,
+                    workspace_id=entry.workspace_id,
                     status=status,
                     trigger=run.tags.get(TRIGGER_TAG),
                     created_at=_utc(record.create_timestamp),

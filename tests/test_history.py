@@ -452,3 +452,42 @@ def test_a_batch_run_that_died_fails_the_pipelines_it_had_not_finished(embedded:
     assert (listed[done].status, listed[done].crawls_attempted) == ("succeeded", 1)
     assert (listed[pending].status, listed[pending].crawls_attempted) == ("failed", None)
     assert listed[pending].error and listed[pending].finished_at is not None
+
+
+def test_a_runs_entries_are_read_at_once_whatever_the_number_of_its_pipelines(embedded: Stack):
+    """The run-status sensors read each ended run once: a batch run's pipelines share its reads."""
+    urls = embedded.site(1)
+    workspace_id, first = embedded.pipeline(urls)
+    others = [add_pipeline(embedded, workspace_id, urls, name=f"p{n}") for n in range(4)]
+    other_workspace, theirs = embedded.pipeline(urls)
+    alone = run_batch(embedded, [(workspace_id, first)])
+    many = run_batch(embedded, [(workspace_id, first), (other_workspace, theirs), *((workspace_id, p) for p in others)])
+    single = embedded.run(first, workspace_id)
+    runs = history(embedded)
+
+    def reads(run_id: str) -> tuple[list, int]:
+        with counted_queries() as counts:
+            views = runs.run_views(run_id)
+        return views, sum(counts.values())
+
+    (one_view, one), (views, batch) = reads(alone.run_id), reads(many.run_id)
+    assert sorted(view.pipeline_id for view in views) == sorted([first, theirs, *others])
+    assert {view.workspace_id for view in views} == {workspace_id, other_workspace}
+    assert {view.status for view in [*one_view, *views]} == {"succeeded"}
+    assert one == batch  # not one set of reads per pipeline
+    # Each entry is what the run's page shows for that pipeline.
+    for view in views:
+        detail = runs.get_run(view.workspace_id, many.run_id, pipeline_id=view.pipeline_id)
+        assert detail.model_dump(exclude={"steps"}) == view.model_dump()
+    [view], single_reads = reads(single.run_id)
+    assert view.model_dump() == runs.get_run(workspace_id, single.run_id).model_dump(exclude={"steps"})
+    assert single_reads <= batch
+
+
+def test_a_run_of_a_deleted_pipeline_has_no_entry(embedded: Stack):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    run = embedded.run(pipeline_id, workspace_id)
+    with transaction(embedded.sessions) as session:
+        session.delete(session.get(Pipeline, pipeline_id))
+    assert history(embedded).run_views(run.run_id) == []
+    assert history(embedded).run_views("no-such-run") == []

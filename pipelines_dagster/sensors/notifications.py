@@ -2,16 +2,14 @@
 pipeline of a run that ended, and the sender sensor posts what is due (notifications/sender.py)."""
 
 import dagster as dg
-import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import Pipeline
 from pipelines_dagster.history import PipelineRunView, RunHistory
 from pipelines_dagster.notifications.events import queue_run_ended
 from pipelines_dagster.notifications.payloads import RUN_EVENTS, CrawlCounts, DocumentCounts, RunEventData
 from pipelines_dagster.resources.app_db import AppDatabaseResource
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.runs import pipeline_ids_of
+from pipelines_dagster.sensors.run_status import tick_spent
 
 # Dagster's tag on a failed run it is about to retry (its process died).
 WILL_RETRY_TAG = "dagster/will_retry"
@@ -53,20 +51,11 @@ def queue_run_ends(
     run: dg.DagsterRun, instance: dg.DagsterInstance, *, app_db: AppDatabaseResource, dagster_url: str | None
 ) -> int:
     """Queue the run.* notifications of each pipeline of an ended run; how many deliveries."""
-    pipeline_ids = pipeline_ids_of(run.tags)
-    if not pipeline_ids:
-        return 0
-    with app_db.sessions() as session:
-        workspaces = dict(
-            session.execute(sa.select(Pipeline.id, Pipeline.workspace_id).where(Pipeline.id.in_(pipeline_ids))).all()
-        )
     history = RunHistory(instance, app_db.sessions, ui_base_url=dagster_url)
     will_retry = run.tags.get(WILL_RETRY_TAG) == "true"
     queued = 0
-    for pipeline_id in pipeline_ids:
-        workspace_id = workspaces.get(pipeline_id)  # None: the pipeline was deleted since
-        view = history.get_run(workspace_id, run.run_id, pipeline_id=pipeline_id) if workspace_id else None
-        if view is None or view.status not in RUN_EVENTS:
+    for view in history.run_views(run.run_id):
+        if view.status not in RUN_EVENTS:
             continue
         with transaction(app_db.sessions) as session:
             queued += len(queue_run_ended(session, run_event(view, will_retry=will_retry)))
@@ -86,12 +75,14 @@ def _run_end_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
     )
     def notify(
         context: dg.RunStatusSensorContext, app_db: AppDatabaseResource, notifications: NotificationsResource
-    ) -> None:
+    ) -> dg.SkipReason | None:
+        run_id = context.dagster_run.run_id
         queued = queue_run_ends(
             context.dagster_run, context.instance, app_db=app_db, dagster_url=notifications.dagster_url
         )
         if queued:
-            context.log.info(f"queued {queued} notifications of run {context.dagster_run.run_id}")
+            context.log.info(f"queued {queued} notifications of run {run_id}")
+        return tick_spent(app_db, run_id)
 
     return notify
 

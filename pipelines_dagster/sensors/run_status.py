@@ -11,6 +11,23 @@ from pipelines_dagster.resources.billing import BillingResource
 from pipelines_dagster.resources.locks import LocksResource
 from pipelines_dagster.runs import pipeline_ids_of
 
+# A run-status tick takes no more runs after this long, well inside the daemon's 60 s sensor deadline: a tick
+# killed there keeps its cursor and redoes the same runs forever. The runs it leaves are the next tick's.
+TICK_SECONDS = 20.0
+
+
+def tick_spent(app_db: AppDatabaseResource, run_id: str) -> dg.SkipReason | None:
+    """A skip reason that ends the tick once it has spent TICK_SECONDS, else None: go on to the next run.
+
+    A run_status_sensor moves its cursor past the run its function handled whenever the function returns a
+    value, and ends the tick there (dagster/_core/definitions/run_status_sensor_definition.py); so returning
+    this after handling a run leaves the runs that ended after it to the next tick, none lost or done twice.
+    """
+    spent = app_db.seconds_set_up
+    if spent < TICK_SECONDS:
+        return None
+    return dg.SkipReason(f"spent {spent:.0f} s by run {run_id}; the runs that ended after it are the next tick's")
+
 
 def release_run_locks(run: dg.DagsterRun, *, locks: LocksResource, app_db: AppDatabaseResource) -> list[str]:
     """Release the pipeline and connector locks this run owns (the owner token is the run id)."""
@@ -41,13 +58,14 @@ def _lock_release_sensor(status: dg.DagsterRunStatus) -> dg.SensorDefinition:
     )
     def release_locks(
         context: dg.RunStatusSensorContext, locks: LocksResource, app_db: AppDatabaseResource, billing: BillingResource
-    ) -> None:
+    ) -> dg.SkipReason | None:
         run_id = context.dagster_run.run_id
         released = release_run_locks(context.dagster_run, locks=locks, app_db=app_db)
         if released:
             context.log.info(f"released {released} left by run {run_id}")
         if holds := billing.release_holds(run_id):
             context.log.info(f"released {holds} credit hold(s) of run {run_id}")
+        return tick_spent(app_db, run_id)
 
     return release_locks
 

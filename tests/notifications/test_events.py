@@ -21,6 +21,7 @@ from pipelines_dagster.notifications.endpoints import set_endpoint_enabled
 from pipelines_dagster.notifications.events import credits_low_hook
 from pipelines_dagster.notifications.sender import Sender, SendReport
 from pipelines_dagster.resources.app_db import AppDatabaseResource
+from pipelines_dagster.sensors import run_status
 from pipelines_dagster.sensors.notifications import run_end_sensors
 from tests.assets.conftest import API_URL, Stack, embedded, web  # noqa: F401  (fixtures)
 from tests.notifications.conftest import HOOK, LOOPBACK, endpoint, posts, verified
@@ -114,6 +115,23 @@ def test_a_failed_run_says_why_to_the_endpoints_that_want_failures(embedded: Sta
     assert data["status"] == "failed" and data["crawls"]["attempted"] is None
     assert data["error"] == f"pipeline {pipeline_id} is disabled; enable it before running it"
     assert receiver.hits("/successes") == 0
+
+
+def test_a_tick_out_of_time_leaves_the_runs_after_it_to_the_next_tick(
+    embedded: Stack, receiver: WebServer, monkeypatch: pytest.MonkeyPatch
+):
+    workspace_id, pipeline_id = embedded.pipeline(embedded.site(1))
+    endpoint(embedded.sessions, workspace_id, receiver.url(HOOK), events=["run.succeeded"])
+    sensors = RunEndSensors(embedded)
+    run_ids = [embedded.run(pipeline_id, workspace_id).run_id for _ in range(3)]
+    monkeypatch.setattr(run_status, "TICK_SECONDS", 0.0)  # each tick is out of time once it handled a run
+
+    queued = []
+    for _ in range(4):
+        sensors.tick()
+        queued.append([delivery.dedupe_key for delivery in deliveries(embedded.sessions, workspace_id)])
+    assert [len(keys) for keys in queued] == [1, 2, 3, 3]  # one run a tick, none lost, none twice
+    assert queued[-1] == [f"run.succeeded:{run_id}:{pipeline_id}" for run_id in run_ids]
 
 
 def test_page_changes_bring_one_pages_changed_per_crawl_with_links_to_the_diffs(embedded: Stack, receiver: WebServer):

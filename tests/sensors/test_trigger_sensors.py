@@ -30,6 +30,7 @@ from pipelines_dagster.runs import (
     pipeline_id_of_partition,
     run_tags,
 )
+from pipelines_dagster.sensors import run_status
 from pipelines_dagster.sensors.common import busy_pipelines
 from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.partitions import pipeline_partitions_sync
@@ -271,6 +272,19 @@ def failure_lock_release_ticks(instance, app_db, billing: BillingResource) -> Ca
     return tick
 
 
+def fail_runs_holding_credit(instance, app_db, billing: BillingResource, count: int) -> int:
+    """`count` UI launches of a new pipeline, each holding 1000 micro-credits, then failed; their workspace."""
+    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
+    runs = [ui_launch(instance, key_of(app_db, pipeline_id), dg.DagsterRunStatus.STARTED) for _ in range(count)]
+    billing.billing.grant(workspace_id, 1000 * count)
+    for run in runs:
+        billing.reserve(workspace_id, 1, idempotency_key=f"{run.run_id}:{pipeline_id}", run_id=run.run_id)
+    assert billing.billing.summary(workspace_id).available_micros == 0
+    for run in runs:
+        instance.report_run_failed(run)
+    return workspace_id
+
+
 def test_the_lock_release_sensor_frees_what_a_failed_asset_job_run_left(instance, app_db, app_engine):
     billing = BillingResource(app_db=app_db, billing_enabled=True)
     tick = failure_lock_release_ticks(instance, app_db, billing)
@@ -296,16 +310,24 @@ def test_one_lock_release_tick_frees_the_holds_of_thirty_runs_that_failed_since_
     billing = BillingResource(app_db=app_db, billing_enabled=True)
     tick = failure_lock_release_ticks(instance, app_db, billing)
     cursor = tick(None)
-    workspace_id, pipeline_id, _ = make_pipeline(app_db, due=False)
-    runs = [ui_launch(instance, key_of(app_db, pipeline_id), dg.DagsterRunStatus.STARTED) for _ in range(30)]
-    billing.billing.grant(workspace_id, 30_000)
-    for run in runs:
-        billing.reserve(workspace_id, 1, idempotency_key=f"{run.run_id}:{pipeline_id}", run_id=run.run_id)
-    assert billing.billing.summary(workspace_id).available_micros == 0
-    for run in runs:
-        instance.report_run_failed(run)
+    workspace_id = fail_runs_holding_credit(instance, app_db, billing, 30)
     tick(cursor)
     assert billing.billing.summary(workspace_id).available_micros == 30_000
+
+
+def test_a_lock_release_tick_out_of_time_leaves_the_runs_after_it_to_the_next_tick(
+    instance, app_db, monkeypatch: pytest.MonkeyPatch
+):
+    billing = BillingResource(app_db=app_db, billing_enabled=True)
+    tick = failure_lock_release_ticks(instance, app_db, billing)
+    cursor = tick(None)
+    workspace_id = fail_runs_holding_credit(instance, app_db, billing, 3)
+    monkeypatch.setattr(run_status, "TICK_SECONDS", 0.0)  # each tick is out of time once it handled a run
+    freed = []
+    for _ in range(4):
+        cursor = tick(cursor)
+        freed.append(billing.billing.summary(workspace_id).available_micros)
+    assert freed == [1000, 2000, 3000, 3000]  # one run a tick, none left behind
 
 
 def test_partition_sync_adds_new_pipelines_and_removes_deleted_ones_in_one_tick(instance, app_db):

@@ -210,8 +210,9 @@ def test_batch_tags_name_every_member_and_show_a_summary():
     assert (tags["trigger"], tags["pipelines"]) == ("scheduled", "3, 17, 4")
     assert batch_pipeline_ids(tags) == [3, 4, 17]
     assert tags[member_workspace_tag(1)] == tags[member_workspace_tag(2)] == "member"
-    # The index is hidden from the UI's run rows: only trigger and summary show.
-    assert {key for key in tags if not key.startswith(".dagster/")} == {"trigger", "pipelines"}
+    # The index is hidden from the UI's run rows: only trigger, summary and the run queue's priority show.
+    assert {key for key in tags if not key.startswith(".dagster/")} == {"trigger", "pipelines", "dagster/priority"}
+    assert tags["dagster/priority"] == "-2"
     # Keys as Dagster requires them (one namespace; a deprecation today, an error to come).
     assert all(is_valid_tag_key(key) for key in tags)
     many = batch_tags([(n, 1) for n in range(1, 21)], trigger="scheduled")

@@ -56,6 +56,7 @@ from _corpus import (
     wait_for,
 )
 from _receiver import Receiver
+from history_query import fresh_databases
 
 POSTGRES_URL = os.environ.get("PIPELINES_BENCH_POSTGRES_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 BROKER_URL = os.environ.get("PIPELINES_BENCH_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -104,19 +105,8 @@ class Figure:
 @contextmanager
 def database(label: str) -> Iterator[str]:
     """A new PostgreSQL database beside POSTGRES_URL's, dropped afterwards: its URL."""
-    import sqlalchemy as sa
-
-    server = sa.make_url(POSTGRES_URL)
-    name = f"bench_steady_{label}_{uuid.uuid4().hex[:6]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with fresh_databases(POSTGRES_URL, f"bench_steady_{label}_{uuid.uuid4().hex[:6]}") as [url]:
+        yield url
 
 
 class CeleryHome:

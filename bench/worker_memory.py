@@ -55,6 +55,7 @@ from _corpus import (
     seed_pipeline,
     stop_group,
 )
+from history_query import fresh_databases
 
 POSTGRES_URL = os.environ.get("PIPELINES_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 BROKER_URL = os.environ.get("PIPELINES_BENCH_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -123,17 +124,11 @@ def database(label: str) -> Iterator[str]:
     """A new PostgreSQL database beside POSTGRES_URL's, dropped afterwards: its URL (psycopg2)."""
     import sqlalchemy as sa
 
-    server = sa.make_url(POSTGRES_URL).set(drivername="postgresql+psycopg2")
-    name = f"bench_worker_memory_{label}_{uuid.uuid4().hex[:6]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with fresh_databases(
+        sa.make_url(POSTGRES_URL).set(drivername="postgresql+psycopg2").render_as_string(hide_password=False),
+        f"bench_worker_memory_{label}_{uuid.uuid4().hex[:6]}",
+    ) as [url]:
+        yield url
 
 
 class CeleryHome:

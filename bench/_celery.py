@@ -6,8 +6,10 @@ started in a directory of its own, measured and cleaned up after."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,16 @@ class Worker:
 
     def cpu_seconds(self) -> dict[str, float]:
         return tree_cpu_seconds(self.process.pid)
+
+    def runs_left_changed(self) -> Counter[str]:
+        """What the pool guard put back or found left after runs, so far: each kind of change (descriptor
+        numbers and socket inodes left out), with how many runs left it."""
+        found: Counter[str] = Counter()
+        for line in self.log.read_text(errors="replace").splitlines():
+            if "left this pool process changed" in line:
+                for change in line.split("put back where possible: ", 1)[-1].split("; "):
+                    found[re.sub(r"\d+", "N", change)] += 1
+        return found
 
     def __exit__(self, *exc_info: object) -> None:
         import redis

@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class Profile:
     fired: dict[str, Any]
     batched: dict[str, Any]
     worker_cpu: dict[str, float] | None
+    left_changed: Counter[str] | None
     lifecycles: list[dict[str, float]]
 
 
@@ -205,15 +207,17 @@ def measure_profile(profile: str, urls: list[str], *, runs: int, scheduled: int)
         )
         before = worker.cpu_seconds() if worker else {}
         fired = measure_ours(deployment, fired_workspace, runs)
-        worker_cpu = None
+        worker_cpu = left_changed = None
         if worker:
             worker_cpu = {part: seconds - before[part] for part, seconds in worker.cpu_seconds().items()}
+            left_changed = worker.runs_left_changed()
         batched = measure_batched(deployment, batched_workspace, batched_pipelines)
         return Profile(
             name=profile,
             fired=fired,
             batched=batched,
             worker_cpu=worker_cpu,
+            left_changed=left_changed,
             lifecycles=lifecycles(deployment.instance, fired["run_ids"]),
         )
 
@@ -245,6 +249,9 @@ def one_run_per_fire(bench: Bench) -> list[Figure]:
             per_run <= WORKER_CPU_TARGET,
         )
     )
+    assert celery.left_changed is not None
+    changed = ", ".join(f"{change} ({runs} runs)" for change, runs in celery.left_changed.most_common()) or "nothing"
+    figures.append(Figure("(a) what runs left changed in their pool process (the worker's log)", changed))
     for profile in (today, celery):
         figures.append(Figure(f"(a) {profile.name}: CPU of `dagster dev`'s parts", profile.fired["cpu"].describe(runs)))
         durations = [end["RUN_SUCCESS"] - end["RUN_START"] for end in profile.lifecycles if "RUN_SUCCESS" in end]

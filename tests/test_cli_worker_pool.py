@@ -97,3 +97,5 @@ def test_nothing_a_task_sets_reaches_the_next_task_in_the_pool_process(
     ):
         assert named in warning, warning
     assert os.devnull in warning and "hunter2" not in warning
+    # What every Dagster run sets is put back too, without a word.
+    assert "SF_PARTNER" not in after["variables"] and "SF_PARTNER" not in warning

@@ -192,6 +192,10 @@ def _is_open(fd: int) -> bool:
 
 
 def _files_left(before: frozenset[int], after: frozenset[int]) -> list[str]:
+    """The descriptors opened since, when more are open than before: a connection pool that closed one connection
+    and opened another (Dagster's storage pool swaps an overflow connection for its kept one) left nothing."""
+    if len(after) <= len(before):
+        return []
     return [f"{fd} -> {_target(fd)}" for fd in sorted(after - before)]
 
 
@@ -237,14 +241,17 @@ _PARTS = (
     # object that owns it would be reused by the next file opened.
     _Part("threads still running", _threads, None, _threads_left),
 )
-_FILES = _Part("file descriptors still open", _open_files, None, _files_left)
 
 
 class ProcessState:
-    """The state of this process, as the parts above read it; with `files`, its open descriptors too."""
+    """The state of this process, as the parts above read it; with `files`, its open descriptors too, but for
+    those `kept` names (descriptors the process keeps open from one piece of work to the next on purpose)."""
 
-    def __init__(self, *, files: bool = True) -> None:
-        self._parts = (*_PARTS, _FILES) if files else _PARTS
+    def __init__(self, *, files: bool = True, kept: Callable[[], frozenset[int]] = frozenset) -> None:
+        left = _Part(
+            "file descriptors still open", _open_files, None, lambda before, after: _files_left(before, after - kept())
+        )
+        self._parts = (*_PARTS, left) if files else _PARTS
         self._readings = [part.read() for part in self._parts]
 
     def restore(self) -> dict[str, list[str]]:

@@ -44,6 +44,7 @@ def _on_usr1(number: int, frame: Any) -> None:
 def leak(execute_job_args_packed: dict[str, Any]) -> int:
     """Takes its run as dagster-celery's task does."""
     os.environ[LEAKED_VARIABLE] = "hunter2"
+    os.environ["SF_PARTNER"] = "dagster"  # as every Dagster run does
     os.environ.pop(KEPT_VARIABLE, None)
     logging.getLogger(LEAKED_LOGGER).addHandler(logging.StreamHandler(sys.stderr))
     logging.getLogger(LEAKED_LOGGER).setLevel(logging.DEBUG)
@@ -65,7 +66,7 @@ def observe() -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "location_loaded": os.environ.get(LOCATION_VARIABLE),
-        "variables": sorted(name for name in os.environ if name.startswith("LEAKY_")),
+        "variables": sorted(name for name in os.environ if name.startswith(("LEAKY_", "SF_PARTNER"))),
         "logger_handlers": len(logging.getLogger(LEAKED_LOGGER).handlers),
         "logger_level": logging.getLogger(LEAKED_LOGGER).level,
         "root_handlers": [type(handler).__name__ for handler in logging.getLogger().handlers],

@@ -7,16 +7,24 @@ forkserver pool under the CLI took a second, and a worker stuck on one page can 
 replaced without breaking the others. A worker exits as soon as its parent is gone, even in the
 middle of a page, so none outlives a run process that was killed.
 
+A process that runs crawl after crawl (a Celery pool process) keeps one idle worker between them
+(`keep_a_worker_between_crawls`), so a run does not pay a worker's start, about a quarter of a
+CPU-second and most of a one-page run's cost. The kept worker keeps its extraction slot while it
+waits, and exits, freeing the slot, as soon as a crawl anywhere on the machine waits for one.
+
 Frames, both ways: two big-endian 32-bit lengths, a JSON header of that first length, then that
 many body bytes. A request's header holds `media_type`, `charset` and `url` and its body is the
 fetched page; a reply's header holds `content_hash` and `metadata` (or `error`) and its body is
-the extracted text in UTF-8. JSON, not pickle: a worker parses untrusted HTML, so what it sends
+the extracted text in UTF-8. A request whose header is `{"park": true}` marks a worker kept
+(no reply); `{"park": false}` takes it back, and its reply `{"parked": false}` says it will not
+exit for a waiting crawl any more. JSON, not pickle: a worker parses untrusted HTML, so what it sends
 back is read as data only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -26,24 +34,29 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from queue import Empty, SimpleQueue
 from typing import Any, BinaryIO
 
 from pipelines_dagster.core.crawl.extract.extracted import Extracted
-from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots, SlotsUnavailable
+from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots, SlotsUnavailable, wanted
 
 _LENGTHS = struct.Struct(">II")
 # A worker imports from the parent's sys.path, as multiprocessing's spawn does, so it runs the
 # same code as the parent whether the package is installed or run from a checkout.
-_BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from {module} import main; main()"
+# Its second argument is the descriptor of the slots' demand file it was given, or -1.
+_BOOT = "import json, sys; sys.path[:] = json.loads(sys.argv[1]); from {module} import main; main(int(sys.argv[2]))"
 _STOP_GRACE_SECONDS = 5.0
+# How long a kept worker has to say it is back for a new crawl, and to take the note that it is kept.
+_PARK_SECONDS = 2.0
 # How often a crawl with no worker yet looks for a freed slot: a few files checked a few times a second
 # cost nothing next to a crawl, and a freed slot is found well before the next page would be.
 _SLOT_WAIT_SECONDS = 0.05
-# How often a worker checks that its parent is still there. A parent's death closes the request
-# pipe, which wakes the worker at once, unless a process the parent forked still holds it open.
+# How often a worker checks that its parent is still there, and a kept one whether a crawl waits for its
+# slot. A parent's death closes the request pipe, which wakes the worker at once, unless a process the
+# parent forked still holds it open.
 _PARENT_CHECK_SECONDS = 0.1
 # A worker parses untrusted pages, so it gets no secrets: of the parent's environment it keeps
 # only what locates programs and files, the locale, and Python's own settings.
@@ -84,7 +97,32 @@ def _read_frame(stream: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
     return json.loads(header), body
 
 
-def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+class _Parking:
+    """Whether this worker is kept idle between crawls, and the demand file (a descriptor) it then watches."""
+
+    def __init__(self, demand: int | None) -> None:
+        self.demand = demand
+        self.parked = False
+        self.lock = threading.Lock()
+
+    def handle(self, park: bool, replies: BinaryIO) -> None:
+        with self.lock:
+            self.parked = park
+        if not park:  # after this reply, no waiting crawl makes it exit
+            replies.write(_frame({"parked": False}, b""))
+            replies.flush()
+
+    def give_way(self) -> None:
+        """Exit, freeing the slot, when kept and a crawl waits for a slot."""
+        if self.demand is None:
+            return
+        with self.lock:
+            if self.parked and wanted(self.demand):
+                sys.stderr.flush()
+                os._exit(0)
+
+
+def serve(requests: BinaryIO, replies: BinaryIO, parking: _Parking) -> None:
     """Answer extraction requests until the request stream ends."""
     # Here, not at the top: the crawling process imports this module too, and trafilatura is for
     # the workers alone. A worker still loads it as it starts, before it reads a request.
@@ -92,6 +130,9 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 
     while (request := _read_frame(requests)) is not None:
         header, body = request
+        if "park" in header:
+            parking.handle(bool(header["park"]), replies)
+            continue
         try:
             extracted = extract_page(
                 body,
@@ -112,8 +153,9 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
         replies.flush()
 
 
-def _exit_when_orphaned(requests: int) -> None:
-    """Exit once the parent has closed the request pipe or died, even in the middle of a page.
+def _exit_when_orphaned(requests: int, parking: _Parking) -> None:
+    """Exit once the parent has closed the request pipe or died, even in the middle of a page; or, kept, when
+    a crawl waits for a slot.
 
     The main thread only sees the pipe close between pages, and a page can take a minute; a
     parent killed meanwhile is not there to stop the worker.
@@ -124,21 +166,25 @@ def _exit_when_orphaned(requests: int) -> None:
     poller = select.poll()
     poller.register(requests, 0)
     while os.getppid() == parent and not poller.poll(_PARENT_CHECK_SECONDS * 1000):
-        pass
+        parking.give_way()
     sys.stderr.flush()
     os._exit(0)
 
 
-def main() -> None:
+def main(demand: int = -1) -> None:
     # The parent stops a worker by closing its stdin; an interrupt of the whole process group
     # (Ctrl-C on a run) is the parent's to handle.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_when_orphaned, args=(sys.stdin.fileno(),), name="parent-watch", daemon=True).start()
+    parking = _Parking(demand if demand >= 0 else None)
+    watch = threading.Thread(
+        target=_exit_when_orphaned, args=(sys.stdin.fileno(), parking), name="parent-watch", daemon=True
+    )
+    watch.start()
     # The reply pipe is the original stdout, kept for the protocol alone: whatever a library
     # prints goes to stderr instead of corrupting a frame.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    serve(sys.stdin.buffer, replies)
+    serve(sys.stdin.buffer, replies, parking)
     # Every reply is flushed and nothing else is kept: skip the interpreter's slow teardown of
     # the extraction libraries, so the parent's run does not wait on it.
     sys.stderr.flush()
@@ -150,21 +196,31 @@ def main() -> None:
 
 class _Worker:
     """One worker process and its pipes, used by one thread at a time; it holds `slot` (a locked file
-    descriptor, see `slots`) while it lives, and this process no longer does."""
+    descriptor, see `slots`) while it lives, and this process no longer does. `slots` says whose slot."""
 
-    def __init__(self, slot: int | None = None) -> None:
+    def __init__(self, slot: int | None = None, slots: ExtractionSlots | None = None) -> None:
+        self.slots = slots
+        given = [] if slot is None else [slot]
         try:
+            if slot is not None and slots is not None:
+                given.append(slots.open_demand())
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _BOOT.format(module=__name__), json.dumps([str(entry) for entry in sys.path])],
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT.format(module=__name__),
+                    json.dumps([str(entry) for entry in sys.path]),
+                    str(given[1] if len(given) > 1 else -1),
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=worker_environment(dict(os.environ)),
                 close_fds=True,
-                pass_fds=() if slot is None else (slot,),
+                pass_fds=given,
             )
         finally:
-            if slot is not None:
-                os.close(slot)
+            for fd in given:
+                os.close(fd)
         assert self.process.stdin is not None and self.process.stdout is not None
         self._requests = self.process.stdin.fileno()
         self._replies = self.process.stdout.fileno()
@@ -179,9 +235,8 @@ class _Worker:
         request = {"media_type": media_type, "charset": charset, "url": url, "links": links}
         try:
             self._send(_frame(request, body), deadline)
-            header_size, body_size = _LENGTHS.unpack(self._receive(_LENGTHS.size, deadline))
-            header = json.loads(self._receive(header_size, deadline))
-            content = self._receive(body_size, deadline).decode("utf-8")
+            header, reply = self._reply(deadline)
+            content = reply.decode("utf-8")
             if "error" in header:
                 raise ExtractionError(str(header["error"]))
             return Extracted(
@@ -207,6 +262,39 @@ class _Worker:
         except BaseException:
             self.stop()  # a reply half read: the pipe is out of step, so the worker cannot be reused
             raise
+
+    def _reply(self, deadline: float) -> tuple[dict[str, Any], bytes]:
+        header_size, body_size = _LENGTHS.unpack(self._receive(_LENGTHS.size, deadline))
+        header = json.loads(self._receive(header_size, deadline))
+        return header, self._receive(body_size, deadline)
+
+    def park(self) -> bool:
+        """Mark it kept, to exit when a crawl waits for its slot; False (and stopped) when it cannot be told."""
+        try:
+            self._send(_frame({"park": True}, b""), time.monotonic() + _PARK_SECONDS)
+        except (OSError, TimeoutError):
+            self.stop()
+            return False
+        return True
+
+    def resume(self) -> bool:
+        """Take a kept worker back for a crawl; False (and stopped) when it has exited meanwhile."""
+        try:
+            self._send(_frame({"park": False}, b""), time.monotonic() + _PARK_SECONDS)
+            header, _ = self._reply(time.monotonic() + _PARK_SECONDS)
+        except (OSError, EOFError, TimeoutError, ValueError):
+            header = None
+        if header != {"parked": False}:
+            self.stop()
+            return False
+        return True
+
+    @property
+    def descriptors(self) -> frozenset[int]:
+        """This process's ends of its pipes."""
+        return frozenset(
+            pipe.fileno() for pipe in (self.process.stdin, self.process.stdout) if pipe and not pipe.closed
+        )
 
     def _send(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
@@ -260,11 +348,66 @@ class _Worker:
             self.process.wait()
 
 
+# The worker this process keeps between crawls, once `keep_a_worker_between_crawls` has been called.
+_keeping = False
+_kept: _Worker | None = None
+_kept_lock = threading.Lock()
+
+
+def keep_a_worker_between_crawls() -> None:
+    """From now on, a crawl that ends keeps one idle worker (with its slot) for this process's next crawl.
+
+    For a process that runs crawl after crawl, like a Celery pool process: elsewhere a kept worker is a
+    process that waits for nothing. A kept worker exits as soon as its parent does, or a crawl waits for a slot.
+    """
+    global _keeping
+    _keeping = True
+
+
+def kept_descriptors() -> frozenset[int]:
+    """This process's descriptors that belong to its kept worker: they stay open between crawls on purpose."""
+    with _kept_lock:
+        return frozenset() if _kept is None else _kept.descriptors
+
+
+def _same_slots(first: ExtractionSlots | None, second: ExtractionSlots | None) -> bool:
+    if first is None or second is None:
+        return first is second
+    return (first.directory, first.count) == (second.directory, second.count)
+
+
+def _resume_kept(slots: ExtractionSlots | None) -> _Worker | None:
+    """The kept worker, back at work, if there is one of these slots still alive."""
+    global _kept
+    with _kept_lock:
+        worker, _kept = _kept, None
+    if worker is None:
+        return None
+    if not _same_slots(worker.slots, slots):
+        worker.stop()
+        return None
+    return worker if worker.alive and worker.resume() else None
+
+
+def _keep(workers: list[_Worker]) -> _Worker | None:
+    """Keep one live worker of `workers` (all idle) unless one is kept already; the one kept."""
+    global _kept
+    with _kept_lock:
+        if not _keeping or _kept is not None:
+            return None
+        for worker in workers:
+            if worker.alive and worker.park():
+                _kept = worker
+                return worker
+    return None
+
+
 class ExtractionWorkers:
     """Up to `count` extraction worker processes, and a thread per worker to wait on them.
 
-    One worker starts at once; another only when a page finds every started worker busy, so a
-    crawl of a page or two pays for one worker's start-up (about 0.1 CPU-second), not one per core.
+    One worker starts at once (or the one kept from this process's last crawl is taken back); another
+    only when a page finds every started worker busy, so a crawl of a page or two pays for one worker's
+    start-up (about a quarter of a CPU-second), not one per core.
     A worker that dies or overruns `timeout` on a page fails that page only and is replaced.
 
     With `slots`, each worker also needs a free slot of the machine's to start: the first waits for
@@ -284,27 +427,41 @@ class ExtractionWorkers:
         self._workers: list[_Worker] = []
         self._threads = ThreadPoolExecutor(max_workers=count, thread_name_prefix="extract")
         with self._lock:
-            if (worker := self._spawn()) is not None:
+            if (worker := _resume_kept(slots)) is not None:
+                self._workers.append(worker)
+            else:
+                worker = self._spawn()
+            if worker is not None:
                 self._idle.put(worker)
 
     def _take(self) -> _Worker:
         """An idle worker; a new one when all are busy and there is room and a slot for one, else the
-        next freed; with no worker at all, whichever comes first of a freed slot and a worker."""
-        while True:
-            try:
-                return self._idle.get_nowait()
-            except Empty:
-                pass
-            with self._lock:
-                if len(self._workers) < self.count and (worker := self._spawn()) is not None:
-                    return worker
-                started = bool(self._workers)
-            if started:
-                return self._idle.get()
-            try:
-                return self._idle.get(timeout=_SLOT_WAIT_SECONDS)
-            except Empty:
-                continue
+        next freed; with no worker at all, whichever comes first of a freed slot and a worker, meanwhile saying
+        that a slot is wanted (a worker kept elsewhere gives its own up)."""
+        with contextlib.ExitStack() as waiting:
+            say_wanted: Callable[[], None] | None = None
+            while True:
+                try:
+                    return self._idle.get_nowait()
+                except Empty:
+                    pass
+                with self._lock:
+                    if len(self._workers) < self.count and (worker := self._spawn()) is not None:
+                        return worker
+                    started = bool(self._workers)
+                if started:
+                    return self._idle.get()
+                if say_wanted is None and self.slots is not None:
+                    try:
+                        say_wanted = waiting.enter_context(self.slots.wanting())
+                    except SlotsUnavailable as exc:
+                        raise ExtractionError(f"the text extraction workers could not start: {exc}") from None
+                elif say_wanted is not None:
+                    say_wanted()
+                try:
+                    return self._idle.get(timeout=_SLOT_WAIT_SECONDS)
+                except Empty:
+                    continue
 
     def _spawn(self) -> _Worker | None:
         """Start a worker, or None when no slot is free; the caller holds the lock."""
@@ -317,8 +474,8 @@ class ExtractionWorkers:
         if self.slots is not None and slot is None:
             return None
         try:
-            worker = _Worker(slot)
-        except OSError as exc:
+            worker = _Worker(slot, self.slots)
+        except (OSError, SlotsUnavailable) as exc:
             raise ExtractionError(f"the text extraction workers could not start: {exc}") from None
         self._workers.append(worker)
         return worker
@@ -354,10 +511,17 @@ class ExtractionWorkers:
         return await asyncio.get_running_loop().run_in_executor(self._threads, job)
 
     def close(self) -> None:
-        """Stop every worker: each exits when its request pipe closes, or is killed after a grace period."""
+        """Stop every worker but one kept (`keep_a_worker_between_crawls`): each exits when its request pipe
+        closes, or is killed after a grace period."""
         with self._lock:
             self._closed = True
             workers, self._workers = self._workers, []
+        idle = []
+        with contextlib.suppress(Empty):
+            while True:
+                idle.append(self._idle.get_nowait())
+        if (kept := _keep([worker for worker in idle if worker in workers])) is not None:
+            workers.remove(kept)
         # All told to stop first, then waited for together.
         for worker in workers:
             worker.close_pipes()

@@ -32,6 +32,7 @@ time.sleep(600)
 
 @pytest.fixture
 def holders() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts (slot holders, crawling processes), killed at its end."""
     started: list[subprocess.Popen[str]] = []
     yield started
     for process in started:
@@ -172,3 +173,80 @@ def test_two_crawls_at_once_never_hold_more_extraction_workers_than_the_slots(tm
     assert succeeded == [PAGES_PER_CRAWL, PAGES_PER_CRAWL]
     # Alone, each crawl would have started 3 workers.
     assert most == cap
+
+
+# A process that runs crawl after crawl, as a Celery pool process does: for each line on stdin, one crawl of a
+# page in the slots of argv[1] and argv[2], printing the pid of the worker that extracted it.
+CRAWLS = """
+import sys
+from pathlib import Path
+from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots
+from pipelines_dagster.core.crawl.extract.workers import ExtractionWorkers, keep_a_worker_between_crawls
+from tests.core.crawl.extract.test_workers import PAGE, extract
+
+keep_a_worker_between_crawls()
+slots = ExtractionSlots(Path(sys.argv[1]), int(sys.argv[2]))
+for _ in sys.stdin:
+    workers = ExtractionWorkers(1, timeout=60, slots=slots)
+    extract(workers, PAGE)
+    [pid] = workers.pids
+    workers.close()
+    print(pid, flush=True)
+"""
+
+
+def crawl_process(started: list[subprocess.Popen[str]], slots: ExtractionSlots) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", CRAWLS, str(slots.directory), str(slots.count)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[4],
+    )
+    started.append(process)
+    return process
+
+
+def crawl_in(process: subprocess.Popen[str]) -> int:
+    """The pid of the worker that extracted the process's next crawl."""
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("crawl\n")
+    process.stdin.flush()
+    return int(process.stdout.readline())
+
+
+def test_a_process_keeps_one_worker_from_crawl_to_crawl_with_its_slot(
+    tmp_path: Path, holders: list[subprocess.Popen[str]]
+) -> None:
+    slots = ExtractionSlots(tmp_path / "slots", 2)
+    first, second = crawl_process(holders, slots), crawl_process(holders, slots)
+    kept = [crawl_in(first), crawl_in(second)]
+    time.sleep(0.5)  # two kept workers, each looking for demand, do not mistake each other for it
+    assert [crawl_in(first), crawl_in(second)] == kept
+    assert all(psutil.Process(pid).is_running() for pid in kept)
+    assert slots.try_take() is None  # both slots held by the kept, idle workers
+    # Gone with the process that kept it.
+    first.kill()
+    assert_exited(kept[0])
+
+
+def test_a_kept_worker_gives_its_slot_to_a_crawl_that_waits_for_one(
+    tmp_path: Path, holders: list[subprocess.Popen[str]]
+) -> None:
+    slots = ExtractionSlots(tmp_path / "slots", 1)
+    keeper = crawl_process(holders, slots)
+    kept = crawl_in(keeper)
+    assert slots.try_take() is None
+    waiting = ExtractionWorkers(1, timeout=60, slots=slots)
+    try:
+        assert waiting.pids == []
+        done = threading.Event()
+        waiter = threading.Thread(target=lambda: (extract(waiting, PAGE), done.set()), daemon=True)
+        waiter.start()
+        assert done.wait(30), "the kept worker never gave its slot to the waiting crawl"
+        assert_exited(kept)
+        [mine] = waiting.pids
+    finally:
+        waiting.close()
+    # Its process's next crawl starts a worker of its own, in the slot freed as this crawl closed.
+    assert crawl_in(keeper) not in (kept, mine)

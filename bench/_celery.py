@@ -73,6 +73,21 @@ def celery_profile(directory: Path, queue: str, *, pool_processes: int) -> Path:
     return path
 
 
+GUARD_WARNING = re.compile(r"left this pool process changed; put back where possible: (.*)$")
+
+
+def runs_left_changed(log: Path) -> Counter[str]:
+    """What the pool guard's WARNINGs in a worker's `log` named as left changed by runs, each as "part: name"
+    (descriptor numbers and socket inodes as N), with how many runs left it."""
+    named: Counter[str] = Counter()
+    for line in log.read_text(errors="replace").splitlines():
+        if found := GUARD_WARNING.search(line):
+            for part in found.group(1).split("; "):
+                kind, _, names = part.partition(": ")
+                named.update(f"{kind}: {re.sub(r'[0-9]+', 'N', name)}" for name in names.split(", "))
+    return named
+
+
 def tree_cpu_seconds(pid: int) -> dict[str, float]:
     """CPU seconds used so far by a Celery worker and everything under it, by part: "main" (the worker's own
     process), "pool" (its pool processes, where runs execute), "started by runs" (the processes runs started,
@@ -138,14 +153,7 @@ class Worker:
         return tree_cpu_seconds(self.process.pid)
 
     def runs_left_changed(self) -> Counter[str]:
-        """What the pool guard put back or found left after runs, so far: each kind of change (descriptor
-        numbers and socket inodes left out), with how many runs left it."""
-        found: Counter[str] = Counter()
-        for line in self.log.read_text(errors="replace").splitlines():
-            if "left this pool process changed" in line:
-                for change in line.split("put back where possible: ", 1)[-1].split("; "):
-                    found[re.sub(r"\d+", "N", change)] += 1
-        return found
+        return runs_left_changed(self.log)
 
     def __exit__(self, *exc_info: object) -> None:
         import redis

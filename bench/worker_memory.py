@@ -43,6 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from _celery import runs_left_changed
 from _corpus import (
     BIN,
     OUR_LOCATION,
@@ -70,7 +71,6 @@ MARGIN = 0.05
 RUN_TIMEOUT_SECONDS = 300
 WORKER_READY_SECONDS = 90
 MiB = 1024 * 1024
-GUARD_WARNING = re.compile(r"left this pool process changed; put back where possible: (.*)$")
 
 
 class ChangingPages:
@@ -223,13 +223,7 @@ class Worker:
 
     def guard_warnings(self) -> Counter[str]:
         """How many runs' WARNINGs named each thing (part: name) they left changed in the pool process."""
-        named: Counter[str] = Counter()
-        for line in self.log.read_text(errors="replace").splitlines():
-            if found := GUARD_WARNING.search(line):
-                for part in found.group(1).split("; "):
-                    kind, _, names = part.partition(": ")
-                    named.update(f"{kind}: {name}" for name in names.split(", "))
-        return named
+        return runs_left_changed(self.log)
 
     def stop(self) -> None:
         stop_group(self.process)

@@ -210,16 +210,22 @@ class Worker:
             time.sleep(0.2)
 
     def pool_process(self) -> Any:
-        """The one pool process, once there is exactly one (a replaced one is gone)."""
+        """The one live pool process, once there is exactly one (a replaced one is gone, or a zombie whose memory
+        reads as 0), with its memory and CPU times read: (process, memory, cpu)."""
         import psutil
 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             children = psutil.Process(self.process.pid).children()
             if len(children) == 1:
-                return children[0]
+                try:
+                    memory, cpu = children[0].memory_full_info(), children[0].cpu_times()
+                    if children[0].status() != psutil.STATUS_ZOMBIE and memory.rss:
+                        return children[0], memory, cpu
+                except psutil.NoSuchProcess:
+                    pass
             time.sleep(0.1)
-        raise SystemExit("the worker has no single pool process")
+        raise SystemExit("the worker has no single live pool process")
 
     def guard_warnings(self) -> Counter[str]:
         """How many runs' WARNINGs named each thing (part: name) they left changed in the pool process."""
@@ -275,8 +281,7 @@ class Feeder:
 
 
 def sample(worker: Worker, runs: int) -> Sample:
-    process = worker.pool_process()
-    memory, cpu = process.memory_full_info(), process.cpu_times()
+    process, memory, cpu = worker.pool_process()
     return Sample(runs=runs, pid=process.pid, uss=memory.uss, rss=memory.rss, fresh=cpu.user + cpu.system < 1.0)
 
 

@@ -1,0 +1,1 @@
+"""Pages that need JavaScript: a guarded headless browser renders them, and a rule says which need it."""

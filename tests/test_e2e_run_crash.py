@@ -99,7 +99,7 @@ def _extraction_workers(pid: int) -> list[psutil.Process]:
     workers = []
     for child in children:
         try:
-            if "pipelines_dagster.core.crawl.extract.workers" in " ".join(child.cmdline()):
+            if "pipelines_dagster.core.crawl.extract.worker_process" in " ".join(child.cmdline()):
                 workers.append(child)
         except psutil.Error:
             continue

@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -23,15 +24,17 @@ class SlotsUnavailable(Exception):
     """The slot directory cannot be used; the message says which directory and why."""
 
 
+@dataclass(frozen=True)
 class ExtractionSlots:
     """`count` slots in `directory`: at most `count` extraction workers live at once among every process
     sharing it. Give every process of a machine the same directory and count."""
 
-    def __init__(self, directory: Path, count: int) -> None:
-        if count < 1:
-            raise ValueError(f"the number of extraction slots must be at least 1, got {count}")
-        self.directory = directory
-        self.count = count
+    directory: Path
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"the number of extraction slots must be at least 1, got {self.count}")
 
     @property
     def demand_file(self) -> Path:

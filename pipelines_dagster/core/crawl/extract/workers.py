@@ -12,13 +12,7 @@ A process that runs crawl after crawl (a Celery pool process) keeps one idle wor
 CPU-second and most of a one-page run's cost. The kept worker keeps its extraction slot while it
 waits, and exits, freeing the slot, as soon as a crawl anywhere on the machine waits for one.
 
-Frames, both ways: two big-endian 32-bit lengths, a JSON header of that first length, then that
-many body bytes. A request's header holds `media_type`, `charset` and `url` and its body is the
-fetched page; a reply's header holds `content_hash` and `metadata` (or `error`) and its body is
-the extracted text in UTF-8. A request whose header is `{"park": true}` marks a worker kept
-(no reply); `{"park": false}` takes it back, and its reply `{"parked": false}` says it will not
-exit for a waiting crawl any more. JSON, not pickle: a worker parses untrusted HTML, so what it sends
-back is read as data only.
+The worker process's side, and the frames both sides exchange, are in `worker_process`.
 """
 
 from __future__ import annotations
@@ -28,8 +22,6 @@ import contextlib
 import json
 import os
 import select
-import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -38,12 +30,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from queue import Empty, SimpleQueue
-from typing import Any, BinaryIO
+from typing import Any
 
+from pipelines_dagster.core.crawl.extract import worker_process
 from pipelines_dagster.core.crawl.extract.extracted import Extracted
-from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots, SlotsUnavailable, wanted
+from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots, SlotsUnavailable
+from pipelines_dagster.core.crawl.extract.worker_process import LENGTHS, frame
 
-_LENGTHS = struct.Struct(">II")
 # A worker imports from the parent's sys.path, as multiprocessing's spawn does, so it runs the
 # same code as the parent whether the package is installed or run from a checkout.
 # Its second argument is the descriptor of the slots' demand file it was given, or -1.
@@ -54,10 +47,6 @@ _PARK_SECONDS = 2.0
 # How often a crawl with no worker yet looks for a freed slot: a few files checked a few times a second
 # cost nothing next to a crawl, and a freed slot is found well before the next page would be.
 _SLOT_WAIT_SECONDS = 0.05
-# How often a worker checks that its parent is still there, and a kept one whether a crawl waits for its
-# slot. A parent's death closes the request pipe, which wakes the worker at once, unless a process the
-# parent forked still holds it open.
-_PARENT_CHECK_SECONDS = 0.1
 # A worker parses untrusted pages, so it gets no secrets: of the parent's environment it keeps
 # only what locates programs and files, the locale, and Python's own settings.
 _KEPT_VARIABLES = frozenset({"PATH", "HOME", "TMPDIR", "TEMP", "TMP", "TZ", "LANG", "LANGUAGE", "SYSTEMROOT"})
@@ -76,124 +65,6 @@ class ExtractionError(Exception):
     """One page's extraction did not finish; the message is the reason, for the URL's outcome."""
 
 
-def _frame(header: dict[str, Any], body: bytes) -> bytes:
-    encoded = json.dumps(header).encode("utf-8")
-    return _LENGTHS.pack(len(encoded), len(body)) + encoded + body
-
-
-# -- the worker process -----------------------------------------------------------------------------
-
-
-def _read_frame(stream: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
-    """The next frame on a blocking stream; None when the parent closed it."""
-    lengths = stream.read(_LENGTHS.size)
-    if len(lengths) < _LENGTHS.size:
-        return None
-    header_size, body_size = _LENGTHS.unpack(lengths)
-    header = stream.read(header_size)
-    body = stream.read(body_size)
-    if len(header) < header_size or len(body) < body_size:
-        return None
-    return json.loads(header), body
-
-
-class _Parking:
-    """Whether this worker is kept idle between crawls, and the demand file (a descriptor) it then watches."""
-
-    def __init__(self, demand: int | None) -> None:
-        self.demand = demand
-        self.parked = False
-        self.lock = threading.Lock()
-
-    def handle(self, park: bool, replies: BinaryIO) -> None:
-        with self.lock:
-            self.parked = park
-        if not park:  # after this reply, no waiting crawl makes it exit
-            replies.write(_frame({"parked": False}, b""))
-            replies.flush()
-
-    def give_way(self) -> None:
-        """Exit, freeing the slot, when kept and a crawl waits for a slot."""
-        if self.demand is None:
-            return
-        with self.lock:
-            if self.parked and wanted(self.demand):
-                sys.stderr.flush()
-                os._exit(0)
-
-
-def serve(requests: BinaryIO, replies: BinaryIO, parking: _Parking) -> None:
-    """Answer extraction requests until the request stream ends."""
-    # Here, not at the top: the crawling process imports this module too, and trafilatura is for
-    # the workers alone. A worker still loads it as it starts, before it reads a request.
-    from pipelines_dagster.core.crawl.extract.page import extract_page
-
-    while (request := _read_frame(requests)) is not None:
-        header, body = request
-        if "park" in header:
-            parking.handle(bool(header["park"]), replies)
-            continue
-        try:
-            extracted = extract_page(
-                body,
-                media_type=header["media_type"],
-                charset=header["charset"],
-                url=header["url"],
-                links=header.get("links", False),
-            )
-        except Exception as exc:  # reported for this page; the worker serves the next one
-            reply = _frame({"error": f"text extraction failed: {exc!r}"}, b"")
-        else:
-            found = {"links": extracted.links, "canonical": extracted.canonical} if header.get("links") else {}
-            reply = _frame(
-                {"content_hash": extracted.content_hash, "metadata": extracted.metadata, **found},
-                extracted.content.encode("utf-8"),
-            )
-        replies.write(reply)
-        replies.flush()
-
-
-def _exit_when_orphaned(requests: int, parking: _Parking) -> None:
-    """Exit once the parent has closed the request pipe or died, even in the middle of a page; or, kept, when
-    a crawl waits for a slot.
-
-    The main thread only sees the pipe close between pages, and a page can take a minute; a
-    parent killed meanwhile is not there to stop the worker.
-    """
-    parent = os.getppid()
-    # Events 0: poll reports only a hang-up (every writer of the pipe is gone) or an error. That
-    # also catches a parent that died before this thread started, when getppid() is already another.
-    poller = select.poll()
-    poller.register(requests, 0)
-    while os.getppid() == parent and not poller.poll(_PARENT_CHECK_SECONDS * 1000):
-        parking.give_way()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def main(demand: int = -1) -> None:
-    # The parent stops a worker by closing its stdin; an interrupt of the whole process group
-    # (Ctrl-C on a run) is the parent's to handle.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parking = _Parking(demand if demand >= 0 else None)
-    watch = threading.Thread(
-        target=_exit_when_orphaned, args=(sys.stdin.fileno(), parking), name="parent-watch", daemon=True
-    )
-    watch.start()
-    # The reply pipe is the original stdout, kept for the protocol alone: whatever a library
-    # prints goes to stderr instead of corrupting a frame.
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    serve(sys.stdin.buffer, replies, parking)
-    # Every reply is flushed and nothing else is kept: skip the interpreter's slow teardown of
-    # the extraction libraries, so the parent's run does not wait on it.
-    sys.stderr.flush()
-    os._exit(0)
-
-
-# -- the parent's side ------------------------------------------------------------------------------
-
-
 class _Worker:
     """One worker process and its pipes, used by one thread at a time; it holds `slot` (a locked file
     descriptor, see `slots`) while it lives, and this process no longer does. `slots` says whose slot."""
@@ -208,7 +79,7 @@ class _Worker:
                 [
                     sys.executable,
                     "-c",
-                    _BOOT.format(module=__name__),
+                    _BOOT.format(module=worker_process.__name__),
                     json.dumps([str(entry) for entry in sys.path]),
                     str(given[1] if len(given) > 1 else -1),
                 ],
@@ -234,7 +105,7 @@ class _Worker:
         deadline = time.monotonic() + timeout
         request = {"media_type": media_type, "charset": charset, "url": url, "links": links}
         try:
-            self._send(_frame(request, body), deadline)
+            self._send(frame(request, body), deadline)
             header, reply = self._reply(deadline)
             content = reply.decode("utf-8")
             if "error" in header:
@@ -264,14 +135,14 @@ class _Worker:
             raise
 
     def _reply(self, deadline: float) -> tuple[dict[str, Any], bytes]:
-        header_size, body_size = _LENGTHS.unpack(self._receive(_LENGTHS.size, deadline))
+        header_size, body_size = LENGTHS.unpack(self._receive(LENGTHS.size, deadline))
         header = json.loads(self._receive(header_size, deadline))
         return header, self._receive(body_size, deadline)
 
     def park(self) -> bool:
         """Mark it kept, to exit when a crawl waits for its slot; False (and stopped) when it cannot be told."""
         try:
-            self._send(_frame({"park": True}, b""), time.monotonic() + _PARK_SECONDS)
+            self._send(frame({"park": True}, b""), time.monotonic() + _PARK_SECONDS)
         except (OSError, TimeoutError):
             self.stop()
             return False
@@ -280,7 +151,7 @@ class _Worker:
     def resume(self) -> bool:
         """Take a kept worker back for a crawl; False (and stopped) when it has exited meanwhile."""
         try:
-            self._send(_frame({"park": False}, b""), time.monotonic() + _PARK_SECONDS)
+            self._send(frame({"park": False}, b""), time.monotonic() + _PARK_SECONDS)
             header, _ = self._reply(time.monotonic() + _PARK_SECONDS)
         except (OSError, EOFError, TimeoutError, ValueError):
             header = None
@@ -370,12 +241,6 @@ def kept_descriptors() -> frozenset[int]:
         return frozenset() if _kept is None else _kept.descriptors
 
 
-def _same_slots(first: ExtractionSlots | None, second: ExtractionSlots | None) -> bool:
-    if first is None or second is None:
-        return first is second
-    return (first.directory, first.count) == (second.directory, second.count)
-
-
 def _resume_kept(slots: ExtractionSlots | None) -> _Worker | None:
     """The kept worker, back at work, if there is one of these slots still alive."""
     global _kept
@@ -383,7 +248,7 @@ def _resume_kept(slots: ExtractionSlots | None) -> _Worker | None:
         worker, _kept = _kept, None
     if worker is None:
         return None
-    if not _same_slots(worker.slots, slots):
+    if worker.slots != slots:
         worker.stop()
         return None
     return worker if worker.alive and worker.resume() else None

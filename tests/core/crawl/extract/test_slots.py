@@ -143,7 +143,7 @@ def extraction_workers(parents: list[psutil.Process]) -> int:
             continue
         for child in children:
             try:
-                count += "extract.workers" in " ".join(child.cmdline())
+                count += "extract.worker_process" in " ".join(child.cmdline())
             except psutil.Error:
                 continue
     return count

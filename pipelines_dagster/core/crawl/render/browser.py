@@ -52,6 +52,7 @@ NETWORK_SHUT = (
 # Requests a rendered page never needs for its text, each refused before any fetch.
 _REFUSED_TYPES = frozenset({"media", "websocket", "eventsource"})
 _CLOSE_SECONDS = 5.0
+_SETTLE_POLL_SECONDS = 0.02
 # A killed browser's pages report their end first; its own disconnection follows within milliseconds.
 _DISCONNECT_SECONDS = 1.0
 
@@ -92,6 +93,20 @@ class _PageRequests:
     document_served: bool = False
     crashed: bool = False
     handlers: set[asyncio.Task[Any]] = field(default_factory=set)
+    last_active: float = field(default_factory=time.monotonic)
+    """When a request last started or ended (time.monotonic())."""
+
+    async def settled(self, *, quiet: float, within: float) -> None:
+        """Return once no request has been out for `quiet` seconds, or after `within` seconds at most.
+
+        Playwright's "networkidle" waits a fixed 500 ms of quiet; every request a page makes passes
+        through the route handlers here, so a shorter quiet, counted from them, says the same sooner.
+        """
+        deadline = time.monotonic() + within
+        while (now := time.monotonic()) < deadline:
+            if not self.handlers and now - self.last_active >= quiet:
+                return
+            await asyncio.sleep(_SETTLE_POLL_SECONDS)
 
 
 class Renderer:
@@ -110,6 +125,7 @@ class Renderer:
         heap_mib: int = 512,
         memory_cap_mib: int = 2048,
         settle_seconds: float = 2.0,
+        quiet_seconds: float = 0.2,
         watch_seconds: float = 0.5,
     ) -> None:
         self._executable = executable
@@ -117,6 +133,7 @@ class Renderer:
         self._heap_mib = heap_mib
         self._memory_cap_mib = memory_cap_mib
         self._settle_seconds = settle_seconds
+        self._quiet_seconds = quiet_seconds
         self._watch_seconds = watch_seconds
         self._playwright: Playwright | None = None
         self._launch: _Launch | None = None
@@ -214,10 +231,9 @@ class Renderer:
         fetch_resource: FetchResource,
         requests: _PageRequests,
     ) -> str:
-        from playwright.async_api import TimeoutError as PlaywrightTimeout
-
         async def route(route: Route) -> None:
             requests.handlers.add(task := asyncio.current_task())  # type: ignore[arg-type]
+            requests.last_active = time.monotonic()
             try:
                 await _answer(route, html, content_type, fetch_resource, requests)
             except Exception as exc:  # the page closed while its request was out: nothing is left to answer
@@ -225,6 +241,7 @@ class Renderer:
                     raise
             finally:
                 requests.handlers.discard(task)
+                requests.last_active = time.monotonic()
 
         async def refuse_socket(socket: WebSocketRoute) -> None:
             # Not connecting it to the server is what keeps it off the network; closing tells the page.
@@ -240,8 +257,7 @@ class Renderer:
         await page.goto(url, wait_until="load")
         # Scripts that fetch the text after load: wait until the network is quiet, for a while at most
         # (a page that polls is never quiet, and is read as it stands then).
-        with contextlib.suppress(PlaywrightTimeout):
-            await page.wait_for_load_state("networkidle", timeout=self._settle_seconds * 1000)
+        await requests.settled(quiet=self._quiet_seconds, within=self._settle_seconds)
         return await page.content()
 
     async def _running(self) -> _Launch:

@@ -52,8 +52,10 @@ def test_text_written_by_a_script_and_text_fetched_as_json_are_rendered(web: Web
         "/app.js",
         Reply(body="document.getElementById('app').textContent = 'Written by script';", content_type="text/javascript"),
     )
-    web.route("/data.json", Reply(body='{"text": "Fetched as JSON"}', content_type="application/json"))
+    web.route("/data.json", Reply(body='{"text": "Fetched as JSON"}', content_type="application/json", delay=0.6))
     scripted = "<div id='app'></div><script src='/app.js'></script>"
+    # The JSON answers after the page's load event, and after more than the quiet the render waits for:
+    # settling counts a request that is out, not only the time since the last one.
     fetched = page_with("fetch('/data.json').then(r => r.json()).then(d => { app.textContent = d.text; });")
 
     async def work(renderer: Renderer, fetch_resource: Any) -> list[Rendered]:

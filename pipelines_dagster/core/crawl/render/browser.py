@@ -15,14 +15,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pipelines_dagster.core.crawl.extract.workers import worker_environment
 from pipelines_dagster.core.crawl.render.processes import kill_tree, launched_by, tree_memory
 from pipelines_dagster.core.crawl.types import Resource
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, BrowserContext, Playwright, Route, WebSocketRoute
+    from playwright.async_api import Browser, BrowserContext, Page, Playwright, Request, Route, WebSocketRoute
 
 CHROMIUM = "/usr/bin/chromium"
 MiB = 1024 * 1024
@@ -236,9 +236,11 @@ class Renderer:
             requests.last_active = time.monotonic()
             try:
                 await _answer(route, html, content_type, fetch_resource, requests)
-            except Exception as exc:  # the page closed while its request was out: nothing is left to answer
+            except Exception as exc:
                 if not _is_playwright_error(exc):
                     raise
+                with contextlib.suppress(Exception):  # the page may have closed while its request was out
+                    await route.abort("blockedbyclient")
             finally:
                 requests.handlers.discard(task)
                 requests.last_active = time.monotonic()
@@ -253,7 +255,8 @@ class Renderer:
         await context.route_web_socket("**/*", refuse_socket)
         page = await context.new_page()
         page.on("crash", lambda _page: setattr(requests, "crashed", True))
-        page.on("popup", lambda popup: asyncio.ensure_future(popup.close()))
+        # Popups are closed as they open (their navigation refused first): a page is rendered alone.
+        context.on("page", lambda opened: None if opened is page else _close_soon(opened))
         await page.goto(url, wait_until="load")
         # Scripts that fetch the text after load: wait until the network is quiet, for a while at most
         # (a page that polls is never quiet, and is read as it stands then).
@@ -337,12 +340,15 @@ async def _answer(
     route: Route, html: bytes | str, content_type: str, fetch_resource: FetchResource, requests: _PageRequests
 ) -> None:
     request = route.request
-    if request.is_navigation_request() and request.frame.parent_frame is None:
-        # The first navigation is the document, fetched once already; a script that navigates the page
-        # away later is refused, so what is read is the page the crawler fetched.
+    navigates = _navigates(request)
+    if navigates is not None:
+        # The first is the document, fetched once already; any later one is refused. A script taking
+        # the page away gets a 204, which leaves the page as it is (an aborted navigation would put
+        # Chromium's error page in its place); a popup's is aborted, for only a popup that has loaded
+        # something is reported to be closed.
         if requests.document_served:
             requests.refused += 1
-            await route.abort("blockedbyclient")
+            await (route.abort("blockedbyclient") if navigates == "popup" else route.fulfill(status=204))
             return
         requests.document_served = True
         requests.fulfilled += 1
@@ -356,6 +362,26 @@ async def _answer(
         return
     requests.fulfilled += 1
     await route.fulfill(status=answer.status, headers=dict(answer.headers), body=answer.body)
+
+
+def _close_soon(page: Page) -> None:
+    async def close() -> None:
+        with contextlib.suppress(Exception):  # closing the context first closes it just as well
+            await page.close()
+
+    asyncio.get_running_loop().create_task(close())
+
+
+def _navigates(request: Request) -> Literal["page", "popup"] | None:
+    """What `request` navigates: a page, a new page (a popup), or neither (a subresource, a frame in a page)."""
+    from playwright.async_api import Error
+
+    if not request.is_navigation_request():
+        return None
+    try:
+        return "page" if request.frame.parent_frame is None else None
+    except Error:  # a navigation asked for before its frame exists opens a new page
+        return "popup"
 
 
 def _refusal(url: str, method: str, resource_type: str) -> str | None:

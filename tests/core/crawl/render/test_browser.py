@@ -242,3 +242,39 @@ def test_each_wall_of_chromiums_shut_network_alone_keeps_an_unrouted_request_in(
         assert private.hits("/secret") == 1
     else:
         assert private.requests == []
+
+
+REFUSED_KINDS = {
+    "media": "const v = document.createElement('video'); v.onerror = () => {{ {refused} }}; "
+    "v.src = '/clip.webm'; document.body.append(v);",
+    "eventsource": "const e = new EventSource('/events'); e.onerror = () => {{ {refused} }};",
+    "post": "fetch('/form', {{method: 'POST', body: 'x'}}).then(() => {{ {reached} }}, () => {{ {refused} }});",
+    "navigation": "fetch('/wait').finally(() => {{ location.href = '/elsewhere'; }});",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED_KINDS))
+def test_media_event_streams_writes_and_navigating_away_are_refused_even_on_the_allowed_site(
+    web: WebServer, chromium: str, kind: str
+) -> None:
+    for path in ("/clip.webm", "/events", "/form", "/elsewhere"):
+        web.route(path, Reply(body="served", content_type="text/plain"))
+    web.route("/wait", Reply(body="", content_type="text/plain"))
+    script = REFUSED_KINDS[kind].format(reached=REACHED, refused=REFUSED)
+    rendered = render_one(chromium, web.url("/page"), page_with(script, body="<div id='app'>The page itself</div>"))
+    assert "The page itself" in rendered.html
+    if kind != "navigation":
+        assert 'data-outcome="refused"' in rendered.html
+    assert rendered.refused == 1
+    assert [request.path for request in web.requests] == (["/wait"] if kind == "navigation" else [])
+
+
+def test_a_popup_is_closed_at_once(web: WebServer, chromium: str) -> None:
+    web.route("/wait", Reply(body="", content_type="text/plain", delay=0.5))
+    script = (
+        "const popup = window.open('/elsewhere'); "
+        "fetch('/wait').then(() => { app.textContent = popup === null || popup.closed ? 'closed' : 'open'; });"
+    )
+    rendered = render_one(chromium, web.url("/page"), page_with(script))
+    assert '<div id="app">closed</div>' in rendered.html
+    assert web.hits("/elsewhere") == 0

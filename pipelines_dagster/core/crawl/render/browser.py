@@ -149,7 +149,11 @@ class Renderer:
         from playwright.async_api import async_playwright  # lazily: the CLI must start without it
 
         self._playwright = await async_playwright().start()
-        await self._running()
+        try:
+            await self._running()
+        except BaseException:
+            await self.close()  # the Playwright driver started: it must not outlive a failed start
+            raise
         self._watchdog = asyncio.create_task(self._watch())
         return self
 
@@ -276,13 +280,21 @@ class Renderer:
                 raise RenderError("the renderer is not started: use `async with Renderer(...)` or start()")
             marker = f"--pipelines-render={uuid.uuid4().hex}"  # finds this launch's process among any others
             environment: dict[str, str | float | bool] = {**worker_environment(dict(os.environ))}
-            browser = await self._playwright.chromium.launch(
-                executable_path=self._executable,
-                args=[*NETWORK_SHUT, f"--js-flags=--max-old-space-size={self._heap_mib}", marker],
-                env=environment,
-                # Chromium's sandbox cannot run as root; as any other user it is kept.
-                chromium_sandbox=os.geteuid() != 0,
-            )
+            try:
+                browser = await self._playwright.chromium.launch(
+                    executable_path=self._executable,
+                    args=[*NETWORK_SHUT, f"--js-flags=--max-old-space-size={self._heap_mib}", marker],
+                    env=environment,
+                    # Chromium's sandbox cannot run as root; as any other user it is kept.
+                    chromium_sandbox=os.geteuid() != 0,
+                )
+            except Exception as exc:
+                if not _is_playwright_error(exc):
+                    raise
+                raise RenderError(
+                    f"Chromium at {self._executable} did not start ({str(exc).splitlines()[0]}): "
+                    "check that it runs (`chromium --headless --version`), or pass another browser's path"
+                ) from None
             launch = self._launch = _Launch(browser, launched_by(marker))
 
             def disconnected(_browser: Browser) -> None:

@@ -10,6 +10,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psutil
 import pytest
 
 from pipelines_dagster.core.crawl.render.browser import NETWORK_SHUT, Rendered, Renderer, RenderError
@@ -278,3 +279,20 @@ def test_a_popup_is_closed_at_once(web: WebServer, chromium: str) -> None:
     rendered = render_one(chromium, web.url("/page"), page_with(script))
     assert '<div id="app">closed</div>' in rendered.html
     assert web.hits("/elsewhere") == 0
+
+
+def test_a_browser_that_does_not_start_says_so_and_leaves_nothing_running(tmp_path: Any) -> None:
+    broken = tmp_path / "chromium"
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+
+    async def start() -> None:
+        await Renderer(executable=str(broken)).start()
+
+    with pytest.raises(RenderError, match=rf"Chromium at {broken} did not start \(.*\): check that it runs"):
+        asyncio.run(start())
+    # The Playwright driver (a node process) it started for the browser was stopped with it.
+    drivers = [
+        child for child in psutil.Process().children(recursive=True) if "playwright" in " ".join(child.cmdline())
+    ]
+    assert drivers == []

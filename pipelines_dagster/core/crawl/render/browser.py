@@ -79,7 +79,7 @@ class _Launch:
     """One launch of the browser: its root process, and why the renderer stopped it, once it has."""
 
     browser: Browser
-    pid: int | None
+    pid: int
     stopped: str | None = None
     disconnected: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -295,7 +295,14 @@ class Renderer:
                     f"Chromium at {self._executable} did not start ({str(exc).splitlines()[0]}): "
                     "check that it runs (`chromium --headless --version`), or pass another browser's path"
                 ) from None
-            launch = self._launch = _Launch(browser, launched_by(marker))
+            pid = launched_by(marker)
+            if pid is None:
+                await browser.close()
+                raise RenderError(
+                    "the browser started but its process is not in /proc, so its memory cap cannot be kept: "
+                    "run the renderer where /proc shows this user's processes (no hidepid)"
+                )
+            launch = self._launch = _Launch(browser, pid)
 
             def disconnected(_browser: Browser) -> None:
                 launch.disconnected.set()
@@ -308,7 +315,7 @@ class Renderer:
         while True:
             await asyncio.sleep(self._watch_seconds)
             launch = self._launch
-            if launch is None or launch.pid is None or launch.stopped is not None:
+            if launch is None or launch.stopped is not None:
                 continue
             held = await asyncio.to_thread(tree_memory, launch.pid)
             if held > cap:
@@ -324,7 +331,7 @@ class Renderer:
             async with asyncio.timeout(_CLOSE_SECONDS):
                 await context.close()
         except TimeoutError:
-            if launch.pid is not None and launch.stopped is None:
+            if launch.stopped is None:
                 launch.stopped = f"the browser did not close a page within {_CLOSE_SECONDS:g} s and was restarted"
                 kill_tree(launch.pid)
         except Exception as exc:  # the browser is gone already; the next page relaunches it

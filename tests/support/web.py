@@ -79,10 +79,12 @@ class WebServer:
     """A threaded HTTP/1.1 server (keep-alive) on an ephemeral loopback port.
 
     Routes are exact paths, the query string ignored; anything else is a 404. The server counts
-    requests per path, connections, and the most requests it was serving at once.
+    requests per path, connections, and the most requests it was serving at once. `host` is another
+    loopback address to bind (127.0.0.2: a private address the network policy does not allow).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, host: str = "127.0.0.1") -> None:
+        self.host = host
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._routes: dict[str, Handler] = {}
@@ -130,11 +132,11 @@ class WebServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
-    def url(self, path: str, *, host: str = "127.0.0.1") -> str:
+    def url(self, path: str, *, host: str | None = None) -> str:
         """This server's URL for `path`, optionally under another host name (for a fake resolver)."""
-        return f"http://{host}:{self.port}{path}"
+        return f"http://{host or self.host}:{self.port}{path}"
 
     def route(self, path: str, *replies: Reply) -> None:
         """Answer `path` with `replies` in turn; the last one repeats."""
@@ -295,7 +297,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
     def __init__(self, web: WebServer) -> None:
         self.web = web
-        super().__init__(("127.0.0.1", 0), _RequestHandler)
+        super().__init__((web.host, 0), _RequestHandler)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind looks up the bind address's FQDN: a DNS query tests must not make.

@@ -1,6 +1,7 @@
 """Fetching one URL of a crawl, politely and safely: the address guard and robots.txt on every hop,
 redirects followed by hand so each is checked, retries with backoff, host slots and Crawl-delay, and
-a body read to its cap before its text is extracted."""
+a body read to its cap before its text is extracted; and a rendered page's subresources, through the
+same guards."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pipelines_dagster.core.crawl.types import (
     FetchedBody,
     FetchFailed,
     PreviousFetch,
+    Resource,
     UrlSource,
 )
 from pipelines_dagster.core.errors import InvalidInputError
@@ -36,6 +38,30 @@ from pipelines_dagster.core.validation import validate_url
 
 PAGE_TYPES = HTML_TYPES | {PLAIN_TEXT}
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# Headers that describe the body as it came over the wire; a subresource's body is handed on decoded.
+_WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+@dataclass(frozen=True)
+class _Requested:
+    """What a fetch is for, and so which rules its hops follow beyond the address guard and host slots."""
+
+    page: bool
+    """A crawled page: robots.txt is obeyed, redirects stay in the crawl's scope, and a redirect's
+    target is requested conditionally on what the last crawl stored there."""
+    max_redirects: int | None = None
+    """None: the crawl's max_redirects."""
+    max_attempts: int | None = None
+    """None: the crawl's max_attempts."""
+    accept: str | None = None
+    """None: the client's Accept header, the one for pages."""
+
+
+_PAGE = _Requested(page=True)
+# RFC 9309: robots.txt itself is not subject to robots.txt, and its redirects are followed wherever they lead.
+_ROBOTS_TXT = _Requested(page=False, max_redirects=ROBOTS_MAX_REDIRECTS)
+# A browser does not retry a subresource, and a page's render budget has no room for backoff.
+_SUBRESOURCE = _Requested(page=False, max_attempts=1, accept="*/*")
 
 
 @dataclass
@@ -175,6 +201,23 @@ class Fetcher:
             return FetchedBody(error=f"HTTP {response.status}")
         return FetchedBody(body=response.body, truncated=response.truncated)
 
+    async def fetch_resource(self, url: str) -> Resource | str:
+        """What a page being rendered asks for (a script, a stylesheet, its JSON), through the address
+        guard on every hop, the host slots and budget, its body capped at max_body_bytes; or why not.
+
+        robots.txt rules the document, not what it loads: a page the crawl may fetch gets the
+        resources it needs, as in a browser. Nor are they held to the crawl's scope, since a page's
+        script may come from another site. A non-2xx answer other than a redirect is a refusal.
+        """
+        try:
+            response = await self._fetch(
+                url, previous=None, progress=FetchProgress(final_url=url), media_types=None, requested=_SUBRESOURCE
+            )
+        except FetchFailed as exc:
+            return str(exc)
+        headers = {name: value for name, value in response.headers.items() if name.lower() not in _WIRE_HEADERS}
+        return Resource(status=response.status, headers=headers, body=response.body)
+
     async def _fetch(
         self,
         url: str,
@@ -183,16 +226,12 @@ class Fetcher:
         progress: FetchProgress,
         media_types: frozenset[str] | None,
         cap: BodyCap | None = None,
-        robots_txt: bool = False,
+        requested: _Requested = _PAGE,
     ) -> FetchResponse:
-        """The final response for `url`, following redirects ourselves so every hop is checked.
-
-        A `robots_txt` fetch is not itself subject to robots.txt, and follows ROBOTS_MAX_REDIRECTS
-        redirects wherever they lead (the crawl's scope is for pages), as RFC 9309 asks.
-        """
+        """The final response for `url`, following redirects ourselves so every hop is checked."""
         current = _checked_url(url)
         progress.previous = previous
-        max_redirects = ROBOTS_MAX_REDIRECTS if robots_txt else self._config.max_redirects
+        max_redirects = requested.max_redirects if requested.max_redirects is not None else self._config.max_redirects
         for _ in range(max_redirects + 1):
             progress.final_url = current
             target = httpx.URL(current)  # parsed once per hop: host slot, robots origin and request
@@ -206,7 +245,7 @@ class Fetcher:
                 raise FetchFailed(
                     f"resolving {host!r} timed out after {self._config.connect_timeout:g} s", unreachable=True
                 ) from None
-            if not robots_txt and self._config.obey_robots:
+            if requested.page and self._config.obey_robots:
                 await self._robots.check(current, target)
             response = await self._request(
                 target,
@@ -215,6 +254,7 @@ class Fetcher:
                 progress=progress,
                 media_types=media_types,
                 cap=cap or BodyCap(self._config.max_body_bytes),
+                requested=requested,
             )
             if response.status not in REDIRECT_STATUSES:
                 return response
@@ -222,7 +262,9 @@ class Fetcher:
             if not location:
                 raise FetchFailed(f"HTTP {response.status} redirect without a Location header")
             current = _checked_url(urljoin(current, location))
-            if not robots_txt and not self._source.allows(current):
+            if not requested.page:
+                continue
+            if not self._source.allows(current):
                 raise FetchFailed(f"redirected out of the crawl's scope, to {current}; not followed")
             # A site crawl stores the page under the redirect's target: the next hop is conditional
             # on what the last crawl stored there.
@@ -239,10 +281,14 @@ class Fetcher:
         progress: FetchProgress,
         media_types: frozenset[str] | None,
         cap: BodyCap,
+        requested: _Requested,
     ) -> FetchResponse:
         """One hop's response, retrying 429, 5xx, timeouts and connection errors with backoff."""
         config = self._config
         headers = _conditional_headers(previous)
+        if requested.accept is not None:
+            headers["Accept"] = requested.accept
+        max_attempts = requested.max_attempts or config.max_attempts
         attempt = 0
         while True:
             attempt += 1
@@ -268,7 +314,7 @@ class Fetcher:
                     return response
                 else:
                     raise FetchFailed(f"HTTP {response.status}")
-            if attempt >= config.max_attempts:
+            if attempt >= max_attempts:
                 raise FetchFailed(
                     reason if attempt == 1 else f"{reason} (gave up after {attempt} attempts)", unreachable=True
                 )
@@ -340,7 +386,7 @@ class Fetcher:
             progress=FetchProgress(url),
             media_types=None,
             cap=BodyCap(ROBOTS_MAX_BYTES, cut=True),
-            robots_txt=True,
+            requested=_ROBOTS_TXT,
         )
         return response.status, response.body
 

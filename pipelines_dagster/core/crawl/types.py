@@ -7,7 +7,7 @@ importing httpx: every run process loads them with the code location, and not ev
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
@@ -137,6 +137,16 @@ class FetchedBody:
     body: bytes | None = None
     error: str | None = None
     truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A subresource fetched for a page being rendered, to hand the browser: its body is decoded,
+    so `headers` no longer carry Content-Encoding or Content-Length."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
 
 
 class CrawlAccess(Protocol):

@@ -10,7 +10,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urljoin
 
@@ -18,6 +17,7 @@ import httpx
 
 from pipelines_dagster.core.crawl.body import Body, BodyCap, BodyDecoder, DecodingError, drain
 from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
+from pipelines_dagster.core.crawl.headers import conditional_headers, retry_after_seconds
 from pipelines_dagster.core.crawl.host_budget import HostBudget, HostBudgetError
 from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsRules
 from pipelines_dagster.core.crawl.slots import HostSlots
@@ -28,6 +28,7 @@ from pipelines_dagster.core.crawl.types import (
     CrawlStatus,
     FetchedBody,
     FetchFailed,
+    FetchProgress,
     PreviousFetch,
     Resource,
     UrlSource,
@@ -62,18 +63,6 @@ _PAGE = _Requested(page=True)
 _ROBOTS_TXT = _Requested(page=False, max_redirects=ROBOTS_MAX_REDIRECTS)
 # A browser does not retry a subresource, and a page's render budget has no room for backoff.
 _SUBRESOURCE = _Requested(page=False, max_attempts=1, accept="*/*")
-
-
-@dataclass
-class FetchProgress:
-    """What is known about one URL so far, kept for its outcome even when it fails midway."""
-
-    final_url: str
-    attempts: int = 0
-    http_status: int | None = None
-    previous: PreviousFetch | None = None
-    """What the last crawl left of the page the requests are for: the URL's own, or (when a source
-    stores pages under their final URL) a redirect target's."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +274,7 @@ class Fetcher:
     ) -> FetchResponse:
         """One hop's response, retrying 429, 5xx, timeouts and connection errors with backoff."""
         config = self._config
-        headers = _conditional_headers(previous)
+        headers = conditional_headers(previous)
         if requested.accept is not None:
             headers["Accept"] = requested.accept
         max_attempts = requested.max_attempts or config.max_attempts
@@ -389,33 +378,6 @@ class Fetcher:
             requested=_ROBOTS_TXT,
         )
         return response.status, response.body
-
-
-def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds a Retry-After header (delta seconds or an HTTP date) asks to wait; None if absent or invalid."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-def _conditional_headers(previous: PreviousFetch | None) -> dict[str, str]:
-    # The validators came from the final response of this URL's redirect chain; sending them on
-    # every hop is harmless because a redirecting hop has other validators and never matches.
-    headers: dict[str, str] = {}
-    if previous is not None and previous.etag:
-        headers["If-None-Match"] = previous.etag
-    if previous is not None and previous.last_modified:
-        headers["If-Modified-Since"] = previous.last_modified
-    return headers
 
 
 def _checked_url(url: str) -> str:

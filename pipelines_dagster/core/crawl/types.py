@@ -80,6 +80,18 @@ class PreviousFetch:
     content_hash: str | None = None
 
 
+@dataclass
+class FetchProgress:
+    """What is known about one URL so far, kept for its outcome even when it fails midway."""
+
+    final_url: str
+    attempts: int = 0
+    http_status: int | None = None
+    previous: PreviousFetch | None = None
+    """What the last crawl left of the page the requests are for: the URL's own, or (when a source
+    stores pages under their final URL) a redirect target's."""
+
+
 @dataclass(frozen=True)
 class CrawlOutcome:
     """The result for one URL.

@@ -17,7 +17,7 @@ import pytest
 
 from pipelines_dagster.core.crawl.crawler import Crawler
 from pipelines_dagster.core.crawl.extract.page import normalize_content
-from pipelines_dagster.core.crawl.fetch import retry_after_seconds
+from pipelines_dagster.core.crawl.headers import retry_after_seconds
 from pipelines_dagster.core.crawl.types import CrawlerConfig, CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from tests.support.web import Reply, Request, StaticResolver, WebServer, html_document, page, redirect

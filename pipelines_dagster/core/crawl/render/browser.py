@@ -15,14 +15,15 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Self
 
 from pipelines_dagster.core.crawl.extract.workers import worker_environment
+from pipelines_dagster.core.crawl.render.pages import PageRequests, close_soon, navigates, refusal
 from pipelines_dagster.core.crawl.render.processes import kill_tree, launched_by, tree_memory
 from pipelines_dagster.core.crawl.types import Resource
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, BrowserContext, Page, Playwright, Request, Route, WebSocketRoute
+    from playwright.async_api import Browser, BrowserContext, Playwright, Route, WebSocketRoute
 
 CHROMIUM = "/usr/bin/chromium"
 MiB = 1024 * 1024
@@ -49,10 +50,7 @@ NETWORK_SHUT = (
     "--disable-sync",
     "--no-pings",
 )
-# Requests a rendered page never needs for its text, each refused before any fetch.
-_REFUSED_TYPES = frozenset({"media", "websocket", "eventsource"})
 _CLOSE_SECONDS = 5.0
-_SETTLE_POLL_SECONDS = 0.02
 # A killed browser's pages report their end first; its own disconnection follows within milliseconds.
 _DISCONNECT_SECONDS = 1.0
 
@@ -82,31 +80,6 @@ class _Launch:
     pid: int
     stopped: str | None = None
     disconnected: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
-class _PageRequests:
-    """One page's request counts, and its route handlers still running (cancelled when the page ends)."""
-
-    fulfilled: int = 0
-    refused: int = 0
-    document_served: bool = False
-    crashed: bool = False
-    handlers: set[asyncio.Task[Any]] = field(default_factory=set)
-    last_active: float = field(default_factory=time.monotonic)
-    """When a request last started or ended (time.monotonic())."""
-
-    async def settled(self, *, quiet: float, within: float) -> None:
-        """Return once no request has been out for `quiet` seconds, or after `within` seconds at most.
-
-        Playwright's "networkidle" waits a fixed 500 ms of quiet; every request a page makes passes
-        through the route handlers here, so a shorter quiet, counted from them, says the same sooner.
-        """
-        deadline = time.monotonic() + within
-        while (now := time.monotonic()) < deadline:
-            if not self.handlers and now - self.last_active >= quiet:
-                return
-            await asyncio.sleep(_SETTLE_POLL_SECONDS)
 
 
 class Renderer:
@@ -202,7 +175,7 @@ class Renderer:
         async with self._slots:
             launch = await self._running()
             started = time.monotonic()
-            requests = _PageRequests()
+            requests = PageRequests()
             opened: list[BrowserContext] = []
             try:
                 async with asyncio.timeout(budget_seconds):
@@ -233,7 +206,7 @@ class Renderer:
         html: bytes | str,
         content_type: str,
         fetch_resource: FetchResource,
-        requests: _PageRequests,
+        requests: PageRequests,
     ) -> str:
         async def route(route: Route) -> None:
             requests.handlers.add(task := asyncio.current_task())  # type: ignore[arg-type]
@@ -260,7 +233,7 @@ class Renderer:
         page = await context.new_page()
         page.on("crash", lambda _page: setattr(requests, "crashed", True))
         # Popups are closed as they open (their navigation refused first): a page is rendered alone.
-        context.on("page", lambda opened: None if opened is page else _close_soon(opened))
+        context.on("page", lambda opened: None if opened is page else close_soon(opened))
         await page.goto(url, wait_until="load")
         # Scripts that fetch the text after load: wait until the network is quiet, for a while at most
         # (a page that polls is never quiet, and is read as it stands then).
@@ -338,7 +311,7 @@ class Renderer:
             if not _is_playwright_error(exc):
                 raise
 
-    async def _failure(self, launch: _Launch, requests: _PageRequests, exc: Exception) -> str:
+    async def _failure(self, launch: _Launch, requests: PageRequests, exc: Exception) -> str:
         if launch.stopped is not None:
             return launch.stopped
         if not requests.crashed:
@@ -356,62 +329,31 @@ class Renderer:
 
 
 async def _answer(
-    route: Route, html: bytes | str, content_type: str, fetch_resource: FetchResource, requests: _PageRequests
+    route: Route, html: bytes | str, content_type: str, fetch_resource: FetchResource, requests: PageRequests
 ) -> None:
     request = route.request
-    navigates = _navigates(request)
-    if navigates is not None:
+    navigation = navigates(request)
+    if navigation is not None:
         # The first is the document, fetched once already; any later one is refused. A script taking
         # the page away gets a 204, which leaves the page as it is (an aborted navigation would put
         # Chromium's error page in its place); a popup's is aborted, for only a popup that has loaded
         # something is reported to be closed.
         if requests.document_served:
             requests.refused += 1
-            await (route.abort("blockedbyclient") if navigates == "popup" else route.fulfill(status=204))
+            await (route.abort("blockedbyclient") if navigation == "popup" else route.fulfill(status=204))
             return
         requests.document_served = True
         requests.fulfilled += 1
         await route.fulfill(status=200, body=html, content_type=content_type)
         return
-    refusal = _refusal(request.url, request.method, request.resource_type)
-    answer = refusal or await fetch_resource(request.url)
+    refused = refusal(request.url, request.method, request.resource_type)
+    answer = refused or await fetch_resource(request.url)
     if isinstance(answer, str):
         requests.refused += 1
         await route.abort("blockedbyclient")
         return
     requests.fulfilled += 1
     await route.fulfill(status=answer.status, headers=dict(answer.headers), body=answer.body)
-
-
-def _close_soon(page: Page) -> None:
-    async def close() -> None:
-        with contextlib.suppress(Exception):  # closing the context first closes it just as well
-            await page.close()
-
-    asyncio.get_running_loop().create_task(close())
-
-
-def _navigates(request: Request) -> Literal["page", "popup"] | None:
-    """What `request` navigates: a page, a new page (a popup), or neither (a subresource, a frame in a page)."""
-    from playwright.async_api import Error
-
-    if not request.is_navigation_request():
-        return None
-    try:
-        return "page" if request.frame.parent_frame is None else None
-    except Error:  # a navigation asked for before its frame exists opens a new page
-        return "popup"
-
-
-def _refusal(url: str, method: str, resource_type: str) -> str | None:
-    if not url.startswith(("http://", "https://")):
-        return "only http(s) is fetched for a rendered page"
-    if method != "GET":
-        # A script's POST could change something on the site; rendering only reads.
-        return f"{method} requests are refused while rendering"
-    if resource_type in _REFUSED_TYPES:
-        return f"{resource_type} requests are refused while rendering"
-    return None
 
 
 def _is_playwright_error(exc: BaseException) -> bool:

@@ -71,6 +71,7 @@ def observe() -> dict[str, Any]:
         "logger_level": logging.getLogger(LEAKED_LOGGER).level,
         "root_handlers": [type(handler).__name__ for handler in logging.getLogger().handlers],
         "gc": [gc.isenabled(), list(gc.get_threshold())],
+        "frozen": gc.get_freeze_count(),
         "sigusr1": getattr(signal.getsignal(signal.SIGUSR1), "__name__", str(signal.getsignal(signal.SIGUSR1))),
         "cwd": os.getcwd(),
         "leaky_path": "/leaky/path" in sys.path,

@@ -23,18 +23,20 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any
 
 import dagster as dg
 from dagster._cli.api import _execute_run_command_body
+from dagster._core.events import EngineEventData
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from dagster._grpc.types import ExecuteRunArgs
 from dagster._serdes import unpack_value
 from dagster_celery.config import TASK_EXECUTE_JOB_NAME
-from dagster_celery.launcher import CeleryRunLauncher
-from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
+from dagster_celery.launcher import CeleryRunLauncher, _get_run_priority
+from dagster_celery.tags import DAGSTER_CELERY_QUEUE_TAG, DAGSTER_CELERY_TASK_ID_TAG
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import create_engine, session_factory
@@ -130,8 +132,28 @@ class PipelinesCeleryRunLauncher(CeleryRunLauncher):
         named = {queues.get(pipeline_id) for pipeline_id in pipeline_ids}
         return named.pop() if len(named) == 1 else None
 
+    def _launch_celery_task_run(self, run: dg.DagsterRun, task_signature: Any, routing_key: str) -> None:
+        """dagster-celery's, with one change: the run's task id is written to the run before the task is sent, not
+        after. A warm worker starts a one-page run, and may end it, within the daemon's time between the two, and run
+        monitoring (or a reader of the run) found a started or ended run with no task to ask about."""
+        queue = run.tags.get(DAGSTER_CELERY_QUEUE_TAG, self.default_queue)
+        self._instance.report_engine_event("Creating Celery run worker job task", run, cls=self.__class__)
+        task_id = str(uuid.uuid4())
+        self._instance.add_run_tags(run.run_id, {DAGSTER_CELERY_TASK_ID_TAG: task_id})
+        task_signature.apply_async(
+            task_id=task_id, priority=_get_run_priority(run), queue=queue, routing_key=f"{queue}.{routing_key}"
+        )
+        self._instance.report_engine_event(
+            "Celery task has been forwarded to the broker.",
+            run,
+            EngineEventData({"Run ID": run.run_id, "Celery Task ID": task_id, "Celery Queue": queue}),
+            cls=self.__class__,
+        )
+
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
-        task_id = run.tags[DAGSTER_CELERY_TASK_ID_TAG]
+        task_id = run.tags.get(DAGSTER_CELERY_TASK_ID_TAG)
+        if task_id is None:  # being launched: the tag is written just before the task is sent
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "no Celery task sent yet")
         try:
             meta: Mapping[str, Any] = self.celery.backend.get_task_meta(task_id)
         except Exception as exc:

@@ -310,13 +310,15 @@ def worker_command(container: Mapping[str, Any], env: Mapping[str, str]) -> list
 
 
 def test_the_worker_runs_the_worker_command_with_one_pool_process_per_cpu_it_requests(manifests) -> None:
+    from pipelines_dagster.cli.main import main
     from pipelines_dagster.cli.worker import worker
 
     [container] = manifests["Deployment"]["spec"]["template"]["spec"]["containers"]
     program, *args = worker_command(container, container_env(container))
     assert (program, args[0]) == ("pipelines-dagster", "worker")
-    # Parsed and checked by the command's own options, as it would be at start.
-    params = worker.make_context("worker", args[1:]).params
+    # Parsed and checked by the command's own options, as it would be at start, under the CLI's own context settings:
+    # a context made without them makes Click keep a help option without -h on the command, for every later use.
+    params = worker.make_context("worker", args[1:], **main.context_settings).params
     assert params["name"] == "pipelines"
     assert params["concurrency"] == int(container["resources"]["requests"]["cpu"])
 

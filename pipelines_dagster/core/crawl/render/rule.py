@@ -56,7 +56,7 @@ def render_mode(config: Mapping[str, Any]) -> RenderMode:
 # than a short paragraph, so an article, a docs page or a listing never counts, however much markup surrounds
 # it. Large is at least LARGE_HTML_BYTES of HTML: what a page of that size delivers without text is scripts,
 # inline state and framework markup, which is what a browser turns into the text (SurfSense escalates to its
-# browser on the same two measures). A small page with little text, a stub or a notice, is left as fetched:
+# browser on the same two measures). A small page with little text (a short note or notice) is left as fetched:
 # rendering finds no more in it. An app shell (an empty mount element such as `<div id="root"></div>`, or a
 # `<noscript>` asking for JavaScript) says outright that script writes the page, so it is rendered whatever
 # its size, as long as its text is thin: a server-rendered page that keeps a `<noscript>` notice has its text

@@ -12,7 +12,7 @@ DG := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/dg
 export PIPELINES_DATA_DIR ?= $(CURDIR)/.pipelines-data
 export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
 
-.PHONY: install install-dev lock run dev check-defs lint test bench bench-smoke
+.PHONY: browser install install-dev lock run dev check-defs lint test bench bench-smoke
 
 # What running needs and no more: `make run` on a fresh clone installs no test tools.
 $(RUN_STAMP): pyproject.toml $(CONSTRAINTS)
@@ -27,7 +27,20 @@ $(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Chromium renders the pages that need JavaScript (a connector's render setting); Playwright drives this system
+# package and never downloads a browser. Installed when absent, as root, from the system's packages.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Chromium (apt-get install chromium) to render pages that need JavaScript"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "no Chromium at $(CHROMIUM): install your system's chromium package (as root) to render pages that" \
+			"need JavaScript; without it such pages fail saying so, and the render tests skip (fail under CI=true)" >&2; \
+	fi
+
+install: $(STAMP) browser
 
 # The `dev` extra (dg) on top of what `install` puts in.
 $(DEV_STAMP): $(STAMP)

@@ -862,6 +862,9 @@ def test_a_new_workspaces_templates_are_listed_disabled_and_turned_on_from_the_c
     ws = str(workspace["id"])
     catalog = cli.json("templates", "list")["templates"]
     assert [entry["key"] for entry in catalog] == [template.key for template in TEMPLATES]
+    # No template's kind of site asks for other than its crawl mode's render default.
+    assert {(entry["mode"], entry["render"]) for entry in catalog} == {("list", "never"), ("site", "auto")}
+    assert "(site crawl, render auto, into the KB" in cli("templates", "list").output
     listed = cli.json("pipeline", "list", "--workspace", ws)["pipelines"]
     seeded = {pipeline["template"]: pipeline for pipeline in listed if pipeline["template"]}
     assert set(seeded) == {template.key for template in TEMPLATES}

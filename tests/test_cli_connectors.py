@@ -1,5 +1,6 @@
-"""`connector list|show|update|delete`: what they print is what the API answers for the same connector, bad
-input is named by its option with nothing written, and a connector a pipeline crawls is not deleted."""
+"""`connector list|show|update|delete`: what they print is what the API answers for the same connector, the render
+setting and its default per crawl mode, bad input is named by its option with nothing written, and a connector a
+pipeline crawls is not deleted."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def test_list_and_show_print_what_the_api_answers(cli, workspace, connector, api
         assert shown == made == api.get(connector_url(workspace, made["id"])).json()
     lines = cli("connector", "list", "--workspace", ws).output.splitlines()
     assert lines == [
-        f"{connector['id']}\twebcrawler connector\twebcrawler\t1 URL",
-        f"{site['id']}\twebcrawler connector\twebcrawler\tsite crawl of https://e.com/",
+        f"{connector['id']}\twebcrawler connector\twebcrawler\t1 URL, render never (list default)",
+        f"{site['id']}\twebcrawler connector\twebcrawler\tsite crawl of https://e.com/, render auto (site default)",
     ]
     empty = cli.json("workspace", "create", "--name", "Empty", "--owner", "user-2")
     assert (
@@ -52,7 +53,9 @@ def test_update_changes_only_what_is_given_as_patch_does(cli, workspace, connect
     assert cli.json("connector", "show", "--workspace", ws, "--connector", cid) == patched
     to_list = cli.json(*update, "--mode", "list", "--url", "https://e.com/b", "--url", "https://e.com/c")
     assert (to_list["mode"], to_list["urls"], to_list["site"]) == ("list", ["https://e.com/b", "https://e.com/c"], None)
-    assert cli(*update, "--name", "Handbook").output == f"{cid}\tHandbook\twebcrawler\t2 URLs\n"
+    assert cli(*update, "--name", "Handbook").output == (
+        f"{cid}\tHandbook\twebcrawler\t2 URLs, render never (list default)\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -65,6 +68,8 @@ def test_update_changes_only_what_is_given_as_patch_does(cli, workspace, connect
         (["--url", "https://e.com/", "--start-url", "https://e.com/"], "--start-url: "),
         (["--max-depth", "2"], "--max-depth: bounds a site crawl"),
         (["--start-url", "https://e.com/", "--max-depth", "-1"], "--max-depth"),
+        (["--render", "sometimes"], "'sometimes' is not one of 'never', 'auto', 'always'"),
+        (["--render", "auto", "--default-render"], "--default-render: give --render or --default-render, not both"),
     ],
 )
 def test_update_bad_input_names_the_option_and_changes_nothing(cli, workspace, connector, extra, reason):
@@ -119,3 +124,29 @@ def test_delete_takes_the_connectors_own_indexing_and_its_partition_with_it(cli,
     assert own["id"] not in [p["id"] for p in cli.json("pipeline", "list", "--workspace", ws)["pipelines"]]
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster-home")) as instance:
         assert own["partition_key"] not in instance.get_dynamic_partitions(PARTITIONS_NAME)
+
+
+def test_render_is_chosen_shown_and_given_back_to_the_modes_default(cli, workspace, api):
+    ws = str(workspace["id"])
+    create = ["connector", "create", "--workspace", ws, "--type", "webcrawler"]
+    made = cli.json(*create, "--url", "https://e.com/", "--render", "always")
+    assert (made["render"], made["render_chosen"]) == ("always", True)
+    assert made == api.get(connector_url(workspace, made["id"])).json()
+    of_connector = ["--workspace", ws, "--connector", str(made["id"])]
+    assert cli("connector", "show", *of_connector).output == (
+        f"{made['id']}\twebcrawler connector\twebcrawler\t1 URL, render always\n"
+    )
+    update = ["connector", "update", *of_connector]
+    # A chosen render stays through a change of mode; --default-render gives the mode's back.
+    to_site = cli.json(*update, "--start-url", "https://e.com/")
+    assert (to_site["mode"], to_site["render"], to_site["render_chosen"]) == ("site", "always", True)
+    defaulted = cli.json(*update, "--default-render")
+    assert (defaulted["render"], defaulted["render_chosen"]) == ("auto", False)
+    assert defaulted == api.get(connector_url(workspace, made["id"])).json()
+    assert cli(*update, "--render", "never").output == (
+        f"{made['id']}\twebcrawler connector\twebcrawler\tsite crawl of https://e.com/, render never\n"
+    )
+    to_list = cli.json(*update, "--url", "https://e.com/a")
+    assert (to_list["mode"], to_list["render"], to_list["render_chosen"]) == ("list", "never", True)
+    refused = cli(*create, "--url", "https://e.com/", "--render", "js", ok=False)
+    assert "'js' is not one of 'never', 'auto', 'always'" in refused.output

@@ -50,6 +50,7 @@ CLI_ONLY = {
     "--no-schedule": "schedule: null",
     "--default-max-runtime": "max_runtime_seconds: null",
     "--default-queue": "worker_queue: null",
+    "--default-render": "render: null",
 }
 
 

@@ -1,8 +1,8 @@
 """`/workspaces/{workspace_id}/connectors`: create, list, read, change and delete a workspace's connectors.
 
 A web connector crawls a list of URLs, or discovers a site (`site`: start URLs, sitemaps and
-same-site links within its bounds). Each write is one transaction: input that fails any check,
-named by its field, leaves nothing behind.
+same-site links within its bounds); `render` says which of its pages a headless browser renders.
+Each write is one transaction: input that fails any check, named by its field, leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pipelines_dagster.api.schemas.connectors import (
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.core.catalog import connectors
+from pipelines_dagster.core.catalog.changes import KEEP
 from pipelines_dagster.core.crawl.site.config import SiteConfig, site_for
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.validation import MAX_ID
@@ -68,6 +69,7 @@ def create_connector(workspace_id: WorkspaceId, body: ConnectorCreate, api: Api)
             name=body.name,
             index_every_minutes=body.index_every_minutes,
             site=site,
+            render=body.render,
         )
         return _read(session, connector)
 
@@ -93,11 +95,13 @@ def update_connector(
     workspace_id: WorkspaceId, connector_id: ConnectorId, body: ConnectorUpdate, api: Api
 ) -> ConnectorOut:
     """Change the fields given, leave the rest: `urls` make it a list crawl, `site` a site crawl (the site as a
-    whole). Its pipelines crawl what it says from their next run on."""
+    whole), `render` null gives back the crawl mode's default. Its pipelines crawl what it says from their next
+    run on."""
     if body.mode == "list" and body.urls is None:
         raise InvalidInputError("urls", "a list crawl needs its URLs: give urls with mode list")
     site = _site(body, api) if body.model_fields_set & {"mode", "site"} else None
-    changes = connectors.ConnectorChanges(name=body.name, urls=body.urls, site=site)
+    render = body.render if "render" in body.model_fields_set else KEEP
+    changes = connectors.ConnectorChanges(name=body.name, urls=body.urls, site=site, render=render)
     with transaction(api.sessions) as session:
         connector = connectors.update_connector(
             session, workspace_id=workspace_id, connector_id=connector_id, changes=changes
@@ -111,7 +115,7 @@ def replace_connector(
 ) -> ConnectorOut:
     """Set the connector to the body as a whole: a field left out takes its default, as on creation. Its type
     and its own periodic indexing stay as they were made."""
-    changes = connectors.ConnectorChanges(name=body.name, urls=body.urls, site=_site(body, api))
+    changes = connectors.ConnectorChanges(name=body.name, urls=body.urls, site=_site(body, api), render=body.render)
     with transaction(api.sessions) as session:
         connector = connectors.update_connector(
             session, workspace_id=workspace_id, connector_id=connector_id, changes=changes, replace=True

@@ -1,5 +1,5 @@
-"""`pipelines-dagster connector`: where a pipeline's content comes from, a list of URLs or a site crawl; created,
-listed, shown, changed and deleted as the API's connector routes do."""
+"""`pipelines-dagster connector`: where a pipeline's content comes from, a list of URLs or a site crawl, and which
+pages are rendered; created, listed, shown, changed and deleted as the API's connector routes do."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from pipelines_dagster.cli.common import (
     open_sessions,
     user_errors,
 )
+from pipelines_dagster.cli.pipeline_options import keep, refuse_both
 from pipelines_dagster.core.catalog.connectors import (
     ConnectorChanges,
     get_connector,
@@ -31,6 +32,7 @@ from pipelines_dagster.core.catalog.connectors import (
     update_connector,
 )
 from pipelines_dagster.core.catalog.workspaces import get_workspace
+from pipelines_dagster.core.crawl.render.rule import RenderMode
 from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
@@ -93,6 +95,13 @@ def crawl_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--drop-query-params", default=None, help="Site crawl: query parameters to drop (a,b) or all."
             ),
+            click.option(
+                "--render",
+                type=click.Choice([mode.value for mode in RenderMode]),
+                default=None,
+                help="Which pages a headless browser renders: never, auto (pages whose plain fetch extracts thin "
+                "text) or always. Default: the crawl mode's, never for a list and auto for a site.",
+            ),
         ]
     ):
         command = option(command)
@@ -117,11 +126,13 @@ def read_connector(session: Session, connector: Connector) -> ConnectorOut:
 
 
 def describe(shown: ConnectorOut) -> str:
-    """One line per connector: id, name, type, what it crawls, its own periodic indexing."""
+    """One line per connector: id, name, type, what it crawls and which pages it renders, its own periodic
+    indexing."""
+    render = f", render {shown.render}{'' if shown.render_chosen else f' ({shown.mode} default)'}"
     if shown.site is not None:
-        what = f"site crawl of {', '.join(shown.site.start_urls)}"
+        what = f"site crawl of {', '.join(shown.site.start_urls)}{render}"
     elif shown.urls is not None:
-        what = f"{len(shown.urls)} URL{'' if len(shown.urls) == 1 else 's'}"
+        what = f"{len(shown.urls)} URL{'' if len(shown.urls) == 1 else 's'}{render}"
     else:
         what = "-"
     indexing = ", own periodic indexing" if shown.periodic_indexing_enabled else ""
@@ -153,6 +164,7 @@ def connector_create(
     name: str | None,
     index_every_minutes: int | None,
     mode: str | None,
+    render: str | None,
     as_json: bool,
     **bounds: Any,
 ) -> None:
@@ -172,6 +184,7 @@ def connector_create(
             name=name,
             index_every_minutes=index_every_minutes,
             site=site,
+            render=render,
         )
         shown = read_connector(session, created)
     what = f"a site crawl of {', '.join(site.start_urls)}" if site else f"{len(shown.urls or [])} URLs"
@@ -206,6 +219,7 @@ def connector_show(workspace_id: int, connector_id: int, as_json: bool) -> None:
 @connector.command("update")
 @connector_ref
 @crawl_options
+@click.option("--default-render", is_flag=True, help="Render as the crawl mode's default again, and follow it.")
 @json_option
 @user_errors
 def connector_update(
@@ -215,17 +229,22 @@ def connector_update(
     url_file: Path | None,
     name: str | None,
     mode: str | None,
+    render: str | None,
+    default_render: bool,
     as_json: bool,
     **bounds: Any,
 ) -> None:
     """Change the options given and leave the rest, as `PATCH .../connectors/{id}`: --url or --url-file make it a
-    list crawl, --start-url a site crawl (the site as a whole: a bound left out takes its default). Its pipelines
-    crawl what it says from their next run on."""
+    list crawl, --start-url a site crawl (the site as a whole: a bound left out takes its default), --render
+    chooses which pages are rendered (--default-render: the crawl mode's again). Its pipelines crawl what it says
+    from their next run on."""
+    refuse_both("default_render", default_render, render is not None, "--render")
     settings = load_settings()
     new_urls, site = crawl_of(settings, urls, url_file, mode, **bounds)
     if mode == CrawlMode.LIST.value and not new_urls:
         raise InvalidInputError("urls", "a list crawl needs its URLs: give --url or --url-file with --mode list")
-    changes = ConnectorChanges(name=name, urls=new_urls or None, site=site)
+    render_change = None if default_render else keep(render)
+    changes = ConnectorChanges(name=name, urls=new_urls or None, site=site, render=render_change)
     with transaction(open_sessions(settings)) as session:
         shown = read_connector(
             session,

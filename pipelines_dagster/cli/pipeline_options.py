@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from pipelines_dagster.cli.common import RenamedOption
-from pipelines_dagster.core.catalog.pipelines import KEEP, Keep
+from pipelines_dagster.core.catalog.changes import KEEP, Keep
 from pipelines_dagster.core.catalog.retry import (
     DEFAULT_BACKOFF,
     DEFAULT_DELAY_SECONDS,

@@ -98,7 +98,7 @@ def templates_list(as_json: bool) -> None:
         as_json,
         shown,
         "\n".join(
-            f"{entry.key}\t{entry.name}: {entry.description} ({entry.mode} crawl, "
+            f"{entry.key}\t{entry.name}: {entry.description} ({entry.mode} crawl, render {entry.render}, "
             f"{'into the KB' if entry.save_to_kb else 'raw crawls only'}, schedule {entry.schedule}, seeded off)"
             for entry in shown.templates
         ),

@@ -1,5 +1,6 @@
-"""Connectors over the API: list and site crawls, bounds refused by field, partial update (PATCH), replacement
-(PUT), deletion refused while a pipeline crawls the connector, and only the token's own workspace."""
+"""Connectors over the API: list and site crawls, bounds refused by field, the render setting and its default per
+crawl mode, partial update (PATCH), replacement (PUT), deletion refused while a pipeline crawls the connector, and
+only the token's own workspace."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import httpx
 import pytest
 
 from pipelines_dagster.app_db.engine import session_factory
+from pipelines_dagster.app_db.models import Connector
+from pipelines_dagster.core.crawl.render.rule import RENDER_KEY
 from tests.api.conftest import Tenant, new_tenant
 from tests.api.test_pipelines import create, fields_of, partitions
 from tests.api.test_unique_races import served  # noqa: F401  (fixture)
@@ -53,6 +56,9 @@ INVALID = [
     ({"mode": "site", "urls": ["https://e.com/"]}, ["site"]),
     ({"urls": ["https://e.com/"], "site": {"start_urls": ["https://e.com/"]}}, ["site"]),
     ({"site": {"start_urls": ["https://e.com/"], "depth": 2}}, ["site.depth"]),
+    ({"urls": ["https://e.com/"], "render": "sometimes"}, ["render"]),
+    ({"urls": ["https://e.com/"], "render": True}, ["render"]),
+    ({"type": "google_drive", "render": "always"}, ["render"]),
 ]
 
 
@@ -69,9 +75,15 @@ def test_another_workspaces_connector_is_not_found(client, tenant: Tenant, other
     theirs = f"{connectors(tenant)}/{other.connector_id}"
     assert client.get(theirs, headers=tenant.headers).status_code == 404
     assert client.patch(theirs, headers=tenant.headers, json={"name": "mine"}).status_code == 404
+    assert client.patch(theirs, headers=tenant.headers, json={"render": "always"}).status_code == 404
     assert client.put(theirs, headers=tenant.headers, json={"urls": ["https://e.com/"]}).status_code == 404
     assert client.delete(theirs, headers=tenant.headers).status_code == 404
-    assert client.get(f"{connectors(other)}/{other.connector_id}", headers=other.headers).json()["name"] != "mine"
+    theirs_now = client.get(f"{connectors(other)}/{other.connector_id}", headers=other.headers).json()
+    assert (theirs_now["name"], theirs_now["render"], theirs_now["render_chosen"]) == (
+        "webcrawler connector",
+        "never",
+        False,
+    )
     assert client.get(connectors(other), headers=tenant.headers).status_code in {401, 403, 404}
 
 
@@ -122,6 +134,7 @@ UPDATE_INVALID = [
     ({"mode": "site"}, ["site"]),
     ({"site": {"start_urls": ["https://e.com/"], "max_depth": -1}}, ["site.max_depth"]),
     ({"type": "dropbox"}, ["type"]),
+    ({"render": "sometimes"}, ["render"]),
 ]
 
 
@@ -195,3 +208,81 @@ def test_a_pipeline_made_while_its_connector_is_deleted_is_never_deleted_with_it
         if created.status_code == 201:
             assert httpx.get(f"{served}{tenant.pipelines}/{created.json()['id']}", headers=tenant.headers).is_success
     assert sum(outcomes.values()) == 15, outcomes
+
+
+def render_of(shown: dict) -> tuple[str, str, bool]:
+    return shown["mode"], shown["render"], shown["render_chosen"]
+
+
+def stored_render(sessions, connector_id: int) -> str | None:
+    with sessions() as session:
+        return session.get(Connector, connector_id).config.get(RENDER_KEY)
+
+
+def test_render_defaults_to_never_for_a_list_and_auto_for_a_site_and_a_choice_is_kept(client, sessions, tenant):
+    listed, site = {"urls": ["https://e.com/"]}, {"site": {"start_urls": ["https://e.com/"]}}
+    bodies = [listed, site, {**listed, "render": "always"}, {**site, "render": "never"}]
+    made = [
+        client.post(connectors(tenant), headers=tenant.headers, json={"type": "webcrawler", **body}).json()
+        for body in bodies
+    ]
+    assert [render_of(shown) for shown in made] == [
+        ("list", "never", False),
+        ("site", "auto", False),
+        ("list", "always", True),
+        ("site", "never", True),
+    ]
+    # A default is not stored, so it follows the mode; a choice is stored as given.
+    assert [stored_render(sessions, shown["id"]) for shown in made] == [None, None, "always", "never"]
+    for shown in made:
+        assert client.get(f"{connectors(tenant)}/{shown['id']}", headers=tenant.headers).json() == shown
+    every = client.get(connectors(tenant), headers=tenant.headers).json()["connectors"]
+    assert every[1:] == made
+
+
+def test_switching_the_mode_brings_its_default_render_unless_one_was_chosen(client, sessions, tenant: Tenant):
+    url = f"{connectors(tenant)}/{tenant.connector_id}"
+
+    def patch(body: dict) -> tuple[str, str, bool]:
+        answer = client.patch(url, headers=tenant.headers, json=body)
+        assert answer.status_code == 200, answer.text
+        return render_of(answer.json())
+
+    assert patch({"site": SITE}) == ("site", "auto", False)
+    assert patch({"mode": "list", "urls": ["https://e.com/"]}) == ("list", "never", False)
+    assert patch({"render": "always"}) == ("list", "always", True)
+    assert patch({"site": SITE}) == ("site", "always", True)
+    assert patch({"name": "Docs"}) == ("site", "always", True)
+    # Null gives back the mode's default, which then follows the mode again.
+    assert patch({"render": None}) == ("site", "auto", False)
+    assert stored_render(sessions, tenant.connector_id) is None
+    assert patch({"urls": ["https://e.com/"]}) == ("list", "never", False)
+    assert client.get(url, headers=tenant.headers).json()["render"] == "never"
+
+
+def test_put_takes_the_render_given_and_the_modes_default_when_left_out(client, sessions, tenant: Tenant):
+    url = f"{connectors(tenant)}/{tenant.connector_id}"
+    chosen = client.put(url, headers=tenant.headers, json={"site": SITE, "render": "never"})
+    assert chosen.status_code == 200, chosen.text
+    assert render_of(chosen.json()) == ("site", "never", True)
+    left_out = client.put(url, headers=tenant.headers, json={"site": SITE})
+    assert render_of(left_out.json()) == ("site", "auto", False)
+    assert stored_render(sessions, tenant.connector_id) is None
+
+
+def test_a_bad_render_is_answered_with_the_choices_and_changes_nothing(client, tenant: Tenant):
+    url = f"{connectors(tenant)}/{tenant.connector_id}"
+    client.patch(url, headers=tenant.headers, json={"render": "always"})
+    before = client.get(url, headers=tenant.headers).json()
+    body = {"urls": ["https://e.com/b"], "render": "js"}
+    for method in ("PATCH", "PUT"):
+        refused = client.request(method, url, headers=tenant.headers, json=body)
+        assert refused.status_code == 422, refused.text
+        [error] = refused.json()["detail"]
+        assert error["field"] == "render"
+        assert all(choice in error["message"] for choice in ("'never'", "'auto'", "'always'")), error
+    assert client.get(url, headers=tenant.headers).json() == before
+    drive = client.post(connectors(tenant), headers=tenant.headers, json={"type": "google_drive", "render": "auto"})
+    assert drive.json()["detail"] == [
+        {"field": "render", "message": "a google_drive connector fetches no web pages, so it takes no render"}
+    ]

@@ -1,4 +1,5 @@
-"""A connector's bodies: a list crawl's URLs or a site crawl's start URLs and bounds, created and shown."""
+"""A connector's bodies: a list crawl's URLs or a site crawl's start URLs and bounds, and which pages are
+rendered, created and shown."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic_core import PydanticCustomError
 from pipelines_dagster.api.schemas.common import MAX_URLS, EveryMinutes, Name, RequestBody
 from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.core.catalog.connectors import initial_urls
+from pipelines_dagster.core.crawl.render.rule import RENDER_KEY, RenderMode, render_mode
 from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_PAGES,
@@ -60,6 +62,13 @@ class SiteOut(BaseModel):
         return cls.model_validate(site.to_config())
 
 
+RENDER_IN = (
+    "Which pages a headless browser renders: never, auto (a page whose plain fetch extracts thin text for its "
+    "HTML) or always. Null or left out: the crawl mode's default (never for a list, auto for a site), which "
+    "follows the mode when it changes."
+)
+
+
 class ConnectorReplace(RequestBody):
     """A connector as a whole, but for what is fixed when it is made (its type, its own periodic indexing): a web
     connector crawls `urls` (mode list, the default) or discovers `site` (mode site)."""
@@ -68,6 +77,7 @@ class ConnectorReplace(RequestBody):
     mode: str | None = Field(default=None, description="list or site; site when `site` is given.")
     urls: list[str] | None = Field(default=None, max_length=MAX_URLS, description="The URLs a list crawl fetches.")
     site: SiteIn | None = None
+    render: RenderMode | None = Field(default=None, strict=False, description=RENDER_IN)
 
 
 class ConnectorCreate(ConnectorReplace):
@@ -76,7 +86,8 @@ class ConnectorCreate(ConnectorReplace):
 
 
 class ConnectorUpdate(ConnectorReplace):
-    """Only the fields given change: `urls` make it a list crawl, `site` (replaced as a whole) a site crawl."""
+    """Only the fields given change: `urls` make it a list crawl, `site` (replaced as a whole) a site crawl;
+    `render` null gives back the crawl mode's default."""
 
     @field_validator("name", "mode", "urls", "site", mode="before")
     @classmethod
@@ -94,6 +105,10 @@ class ConnectorOut(BaseModel):
     mode: str = Field(description="list or site.")
     urls: list[str] | None = Field(description="A list crawl's URLs; null for a site crawl.")
     site: SiteOut | None = Field(description="A site crawl's bounds; null for a list crawl.")
+    render: RenderMode = Field(description="Which pages its crawls render: the one chosen, else the crawl mode's.")
+    render_chosen: bool = Field(
+        description="Whether `render` was chosen; false: it is the crawl mode's default and follows the mode."
+    )
     periodic_indexing_enabled: bool
     created_at: datetime
 
@@ -108,6 +123,8 @@ class ConnectorOut(BaseModel):
             mode=crawl_mode(connector.config).value,
             urls=initial_urls(connector),
             site=SiteOut.of(SiteConfig.read(site, max_pages_cap=MAX_STORED_PAGES)) if site else None,
+            render=render_mode(connector.config),
+            render_chosen=connector.config.get(RENDER_KEY) is not None,
             periodic_indexing_enabled=connector.periodic_indexing_enabled,
             created_at=connector.created_at,
         )

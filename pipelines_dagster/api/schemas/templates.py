@@ -6,6 +6,8 @@ from pydantic import BaseModel, Field
 
 from pipelines_dagster.core.catalog.seeding import SeedReport
 from pipelines_dagster.core.catalog.templates import Template
+from pipelines_dagster.core.crawl.render.rule import RenderMode, default_render
+from pipelines_dagster.core.crawl.site.config import CrawlMode
 
 
 class TemplateOut(BaseModel):
@@ -15,6 +17,7 @@ class TemplateOut(BaseModel):
     save_to_kb: bool
     folder: str | None
     mode: str = Field(description="list or site.")
+    render: RenderMode = Field(description="Which pages the connector it is given renders: its mode's default.")
     schedule: str = Field(description="The schedule it is seeded with (off), in words.")
     events: list[str] = Field(description="The event types it is subscribed to.")
 
@@ -27,6 +30,7 @@ class TemplateOut(BaseModel):
             save_to_kb=template.save_to_kb,
             folder=template.folder,
             mode=template.mode,
+            render=default_render(CrawlMode(template.mode)),
             schedule=template.schedule.describe(),
             events=[event.value for event in template.events],
         )

@@ -9,8 +9,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, Workspace
+from pipelines_dagster.core.catalog.changes import KEEP, Keep
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, _schedule_triggers, set_schedule, validate_interval
 from pipelines_dagster.core.catalog.workspaces import get_workspace
+from pipelines_dagster.core.crawl.render.rule import RENDER_KEY, RenderMode, validate_render
 from pipelines_dagster.core.crawl.site.config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
 from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
 from pipelines_dagster.core.validation import validate_choice, validate_name, validate_urls
@@ -38,17 +40,20 @@ def create_connector(
     name: str | None = None,
     index_every_minutes: int | None = None,
     site: SiteConfig | None = None,
+    render: str | None = None,
     now: datetime | None = None,
 ) -> Connector:
     """Create a connector; with `index_every_minutes`, also its own periodic indexing pipeline.
 
-    A web connector crawls its `urls` (list mode) or, given a validated `site`, discovers a site."""
+    A web connector crawls its `urls` (list mode) or, given a validated `site`, discovers a site; `render` is
+    its render setting when chosen (None: its crawl mode's default)."""
     workspace = get_workspace(session, workspace_id)
     if index_every_minutes is not None:
         validate_interval(index_every_minutes, field="index_every_minutes")
     kind = validate_choice(ConnectorType, connector_type, field="type", what="connector type")
     if kind is not ConnectorType.WEBCRAWLER and (urls or site):
         raise InvalidInputError("site" if site else "url", f"a {kind.value} connector takes no URLs")
+    chosen = _render_of(kind, render)
     if site is not None and urls:
         raise InvalidInputError("site", "give the URLs to crawl (url) or a site to discover (site), not both")
     connector = Connector(
@@ -61,6 +66,7 @@ def create_connector(
     )
     if kind is ConnectorType.WEBCRAWLER:
         _set_crawl(connector, urls=None if site else validate_urls(urls or [], field="url"), site=site)
+        _set_render(connector, chosen)
     session.add(connector)
     session.flush()
     if index_every_minutes is not None:
@@ -169,23 +175,41 @@ def _set_crawl(connector: Connector, *, urls: list[str] | None, site: SiteConfig
     connector.config = config if urls is None else {**config, URLS_KEY: urls}
 
 
+def _render_of(kind: ConnectorType, render: str | None) -> RenderMode | None:
+    """The render setting a connector of `kind` is given, validated; None leaves it to the crawl mode."""
+    if render is None:
+        return None
+    if kind is not ConnectorType.WEBCRAWLER:
+        raise InvalidInputError("render", f"a {kind.value} connector fetches no web pages, so it takes no render")
+    return validate_render(render)
+
+
+def _set_render(connector: Connector, render: RenderMode | None) -> None:
+    """Stored only when chosen: a connector without one follows its crawl mode's default, across mode changes."""
+    config = {key: value for key, value in connector.config.items() if key != RENDER_KEY}
+    connector.config = config if render is None else {**config, RENDER_KEY: render.value}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ConnectorChanges:
-    """What `update_connector` changes: the fields given (None keeps the value). URLs make a web connector a
-    list crawl, a site makes it a site crawl; its type and its own periodic indexing stay as they were made."""
+    """What `update_connector` changes: the fields given (None keeps a name, URLs or site). URLs make a web
+    connector a list crawl, a site makes it a site crawl; its type and its own periodic indexing stay as they
+    were made."""
 
     name: str | None = None
     urls: list[str] | None = None
     site: SiteConfig | None = None
+    render: str | Keep | None = KEEP
+    """never, auto or always; None: its crawl mode's default again, which then follows each change of mode."""
 
 
 def update_connector(
     session: Session, *, workspace_id: int, connector_id: int, changes: ConnectorChanges, replace: bool = False
 ) -> Connector:
     """Change what `changes` gives, or with `replace` set the connector to it as a whole (a name left out is
-    the default one, a web connector needs URLs or a site); every check passes before anything is written.
-    Pipelines over the connector crawl what it says from their next run on (a pipeline's own URLs still
-    replace its connector's)."""
+    the default one, a render left out the crawl mode's, a web connector needs URLs or a site); every check
+    passes before anything is written. Pipelines over the connector crawl what it says from their next run on
+    (a pipeline's own URLs still replace its connector's)."""
     connector = get_connector(session, workspace_id=workspace_id, connector_id=connector_id)
     kind = ConnectorType(connector.connector_type)
     urls, site = changes.urls, changes.site
@@ -198,9 +222,12 @@ def update_connector(
     name = changes.name if changes.name is not None else _default_name(kind) if replace else connector.name
     name = validate_name(name)
     urls = None if urls is None else validate_urls(urls, field="urls")
+    render = None if isinstance(changes.render, Keep) else _render_of(kind, changes.render)
     connector.name = name
     if urls is not None or site is not None:
         _set_crawl(connector, urls=urls, site=site)
+    if replace or changes.render is not KEEP:
+        _set_render(connector, render)
     session.flush()
     return connector
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import Enum
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -23,6 +22,7 @@ from pipelines_dagster.app_db.models import (
     PipelineTrigger,
     stored_partition,
 )
+from pipelines_dagster.core.catalog.changes import KEEP, Keep
 from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.catalog.connectors import create_connector, reconcile_connector_indexing, set_initial_urls
 from pipelines_dagster.core.catalog.folders import get_or_create_folder
@@ -39,15 +39,6 @@ T = TypeVar("T")
 
 class SystemManagedError(ConflictError):
     """The pipeline is a connector's own periodic indexing: it follows the connector, not edits."""
-
-
-class Keep(Enum):
-    """The value of a `PipelineChanges` field that was not given: the pipeline keeps what it has."""
-
-    KEEP = "keep"
-
-
-KEEP = Keep.KEEP
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -112,13 +112,14 @@ class Stack:
         enabled: bool = True,
         credit: int | None = None,
         site: SiteConfig | None = None,
+        render: str | None = None,
     ) -> tuple[int, int]:
-        """A new workspace with a webcrawler connector (over `urls`, or discovering `site`) and a
-        pipeline over it: (workspace id, pipeline id)."""
+        """A new workspace with a webcrawler connector (over `urls`, or discovering `site`, rendering pages
+        as `render` says) and a pipeline over it: (workspace id, pipeline id)."""
         with transaction(self.sessions) as session:
             workspace = create_workspace(session, name="acme", owner_user_id=f"u-{uuid.uuid4().hex[:6]}").workspace
             connector = create_connector(
-                session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls, site=site
+                session, workspace_id=workspace.id, connector_type="webcrawler", urls=urls, site=site, render=render
             )
             pipeline = services.create_pipeline(
                 session,

@@ -7,11 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import Connector, Pipeline
 from pipelines_dagster.core.crawl.health import THRESHOLD_KEY
 from pipelines_dagster.core.crawl.record import read_crawl
-from pipelines_dagster.core.crawl.render.rule import RENDER_KEY
 from pipelines_dagster.crawl_metadata import CrawlMetadata
 from tests.assets.conftest import Stack, materialization, set_pipeline
 from tests.assets.test_crawl_observability import run_log
@@ -26,17 +23,10 @@ def chromium() -> None:
         missing(f"no Chromium at {CHROMIUM}: install it (apt-get install chromium) to run the render tests")
 
 
-def render_with(stack: Stack, pipeline_id: int, setting: str) -> None:
-    with transaction(stack.sessions) as session:
-        connector = session.get_one(Connector, session.get_one(Pipeline, pipeline_id).connector_id)
-        connector.config = {**connector.config, RENDER_KEY: setting}
-
-
 @pytest.mark.parametrize("setting", ["never", "auto", "always"])
 def test_script_built_pages_reach_the_kb_with_their_text_when_rendered(embedded: Stack, setting: str) -> None:
     urls = serve_site(embedded.web)
-    workspace_id, pipeline_id = embedded.pipeline(list(urls.values()))
-    render_with(embedded, pipeline_id, setting)
+    workspace_id, pipeline_id = embedded.pipeline(list(urls.values()), render=setting)
     # Unrendered, the two script-built pages extract no text: empty, which is under the default threshold.
     set_pipeline(embedded, pipeline_id, config={THRESHOLD_KEY: 0.3})
     result = embedded.run(pipeline_id, workspace_id)
@@ -72,8 +62,7 @@ def test_script_built_pages_reach_the_kb_with_their_text_when_rendered(embedded:
 
 def test_a_recrawl_of_unchanged_pages_renders_nothing(embedded: Stack) -> None:
     urls = serve_site(embedded.web)
-    workspace_id, pipeline_id = embedded.pipeline(list(urls.values()))
-    render_with(embedded, pipeline_id, "auto")
+    workspace_id, pipeline_id = embedded.pipeline(list(urls.values()), render="auto")
     assert embedded.run(pipeline_id, workspace_id).success
     again = embedded.run(pipeline_id, workspace_id)
     assert again.success

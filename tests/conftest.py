@@ -47,9 +47,10 @@ def _reachable(url: str, default_port: int) -> str | None:
         return str(exc)
 
 
-# The longest test files, with the seconds each took under CI (3 workers on 2 cores), rounded. `--dist loadfile`
-# runs a file whole on one worker, so these are handed out first: a worker left running a minutes-long file alone
-# at the end is what made the suite's wall time. A file not named here takes less than the last one named.
+# The longest test files and about how many seconds each takes under CI (3 workers on 2 cores; estimated from CI's
+# slowest tests, rounded). `--dist loadfile` runs a file whole on one worker, so these are handed out first: a
+# worker left running a minutes-long file alone at the end lengthens the suite. A file not named here takes less
+# than the last one named; a new minutes-long file belongs here.
 SLOWEST_FILES = {
     "tests/test_e2e_triggers.py": 260,
     "tests/test_e2e_celery.py": 200,
@@ -57,8 +58,8 @@ SLOWEST_FILES = {
     "tests/test_e2e_run_crash.py": 145,
     "tests/test_e2e_browser.py": 135,
     "tests/assets/test_credit_holds.py": 100,
-    "tests/core/crawl/render/test_browser.py": 90,
     "tests/test_e2e_progress.py": 80,
+    "tests/core/crawl/render/test_browser.py": 70,
     "tests/api/test_openapi.py": 60,
     "tests/assets/test_lock_loss.py": 60,
     "tests/sensors/test_no_lost_triggers.py": 50,

@@ -5,6 +5,7 @@ its browser fails alone, and the next page renders."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
@@ -322,10 +323,14 @@ def test_a_browser_that_does_not_start_says_so_and_leaves_nothing_running(tmp_pa
         await Renderer(executable=str(broken)).start()
 
     def drivers() -> set[int]:
-        """The Playwright drivers (node processes) running under this process: the module's Renderer's, if
-        started, and any a failed start left behind."""
-        children = psutil.Process().children(recursive=True)
-        return {child.pid for child in children if "playwright" in " ".join(child.cmdline())}
+        """The Playwright drivers (node processes running `cli.js run-driver`) under this process: the module's
+        Renderer's, if started, and any a failed start left behind. Not its browser's processes, which come and go."""
+        found = set()
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if "run-driver" in child.cmdline():
+                    found.add(child.pid)
+        return found
 
     running = drivers()
     with pytest.raises(RenderError, match=rf"Chromium at {broken} did not start \(.*\): check that it runs"):

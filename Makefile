@@ -12,7 +12,7 @@ DG := VIRTUAL_ENV=$(abspath $(VENV)) $(BIN)/dg
 export PIPELINES_DATA_DIR ?= $(CURDIR)/.pipelines-data
 export DAGSTER_HOME ?= $(PIPELINES_DATA_DIR)/dagster-home
 
-.PHONY: install install-dev lock run dev check-defs lint test bench bench-smoke bench-smoke-scale bench-smoke-others
+.PHONY: install install-dev lock run dev check-defs lint test bench bench-smoke
 
 # What running needs and no more: `make run` on a fresh clone installs no test tools.
 $(RUN_STAMP): pyproject.toml $(CONSTRAINTS)
@@ -105,6 +105,7 @@ bench: install
 bench-smoke: install
 	$(MAKE) --no-print-directory -j2 --output-sync=target bench-smoke-scale bench-smoke-others
 
+.PHONY: bench-smoke-scale bench-smoke-others
 bench-smoke-scale:
 	$(BIN)/python bench/scale.py --smoke
 

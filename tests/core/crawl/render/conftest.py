@@ -32,7 +32,7 @@ CONFIG = CrawlerConfig(
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def chromium() -> str:
     if not Path(CHROMIUM).exists():
         # .ci/run installs it, so under CI its absence fails the test.

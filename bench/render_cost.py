@@ -324,7 +324,14 @@ def main() -> int:
         for number in range(args.rounds):
             shift = number % len(CRAWLS)
             for site_name, mode in CRAWLS[shift:] + CRAWLS[:shift]:
-                runs[site_name, mode].append(run_crawl(servers[site_name], site_name, mode, args.pages))
+                result = run_crawl(servers[site_name], site_name, mode, args.pages)
+                runs[site_name, mode].append(result)
+                print(
+                    f"round {number + 1}, {site_name} site, render={mode}: {result['wall']:.2f} s, text of "
+                    f"{total(result, 'found')}/{total(result, 'pages')} pages, {result['rendered']} rendered  "
+                    f"[rest of machine {result['others']:.0%} busy]",
+                    flush=True,
+                )
     first = runs[CRAWLS[0]][0]
     print(
         f"each crawl a fresh process and Crawler: render_pages={first['render_pages']}, "

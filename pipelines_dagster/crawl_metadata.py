@@ -81,6 +81,12 @@ class CrawlMetadata:
     worker: str | None = None
     """The Celery worker (NAME@HOST) that executed the run, under the Celery profile; absent for a run in a process
     of its own."""
+    render: str | None = None
+    """The connector's render setting the crawl ran under: never, auto or always."""
+    pages_rendered: int | None = None
+    """Pages whose text was read from the page as the browser rendered it; absent under `never`."""
+    render_seconds: float | None = None
+    """Their rendering time, summed over pages (which render side by side); absent under `never`."""
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""

@@ -14,6 +14,7 @@ from pipelines_dagster.assets.after_crawl import Event, PartitionSteps, error_me
 from pipelines_dagster.assets.partition import CrawlSource, own_partition, partition_pipeline_id, refused
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.health import CrawlHealth, judge_crawl, success_threshold
+from pipelines_dagster.core.crawl.render.rule import RenderMode
 from pipelines_dagster.core.crawl.throttle import describe_limits
 from pipelines_dagster.core.ledger.costs import crawl_charge_key
 from pipelines_dagster.core.run.checkpoint import Checkpoint, checkpoint_prefix
@@ -258,7 +259,7 @@ def crawl_partition(
         config = crawler.crawler.config
         log.info(
             f"{named(pipeline)}: crawl started (attempt {attempt}): {plan.scope()}, {config.per_host_concurrency} "
-            f"requests per host and {config.global_concurrency} in all at a time"
+            f"requests per host and {config.global_concurrency} in all at a time{_rendering(plan)}"
         )
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
@@ -327,6 +328,9 @@ def crawl_partition(
             pages_per_second=round(report.pages_per_second, 2),
             rate_limited_by=describe_limits(report.limits),
             worker=worker_name(),
+            render=plan.render.value,
+            pages_rendered=report.rendered if plan.render is not RenderMode.NEVER else None,
+            render_seconds=round(report.render_seconds, 3) if plan.render is not RenderMode.NEVER else None,
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = _failed_urls_table(report)
@@ -427,3 +431,12 @@ def crawl_results(
             "for this partition to build it from the stored crawl, without crawling again",
             allow_retries=False,
         )
+
+
+def _rendering(plan: RunPlan) -> str:
+    """What the start line says of rendering: nothing when the crawl renders nothing."""
+    if plan.render is RenderMode.ALWAYS:
+        return "; every page rendered in a browser (render: always)"
+    if plan.render is RenderMode.AUTO:
+        return "; pages that need it rendered in a browser (render: auto)"
+    return ""

@@ -40,6 +40,17 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
         default=CrawlerConfig.extract_timeout,
         description="Seconds one page's text extraction may take before it fails and its worker is replaced.",
     )
+    render_timeout: float = Field(
+        default=CrawlerConfig.render_timeout,
+        description="Seconds one page may take to render in the browser (load, scripts, settling) before it fails.",
+    )
+    render_pages: int = Field(
+        default=CrawlerConfig.render_pages, ge=1, description="Pages a crawl renders in the browser at once."
+    )
+    chromium: str = Field(
+        default=CrawlerConfig.chromium,
+        description="The Chromium executable pages are rendered in (Debian's `chromium` package installs this one).",
+    )
     network: NetworkAccess = Field(default_factory=NetworkAccess, description="Where the crawler may connect.")
     locks: LocksResource | None = Field(
         default=None,
@@ -68,6 +79,9 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
             obey_robots=self.obey_robots,
             max_crawl_delay=self.max_crawl_delay,
             extract_timeout=self.extract_timeout,
+            render_timeout=self.render_timeout,
+            render_pages=self.render_pages,
+            chromium=self.chromium,
             network=self.network.policy(),
         )
 

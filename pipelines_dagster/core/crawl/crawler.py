@@ -21,6 +21,7 @@ from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots
 from pipelines_dagster.core.crawl.extract.workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.crawl.fetch import Fetcher
 from pipelines_dagster.core.crawl.host_budget import HostBudget
+from pipelines_dagster.core.crawl.render.rule import RenderMemory, RenderMode
 from pipelines_dagster.core.crawl.throttle import RequestWaits
 from pipelines_dagster.core.crawl.types import (
     CrawlerConfig,
@@ -67,13 +68,17 @@ class Crawler:
         self._workers_lock = threading.Lock()
 
     def crawl(
-        self, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch] | None = None
+        self,
+        urls: Iterable[str],
+        *,
+        previous: Mapping[str, PreviousFetch] | None = None,
+        render: RenderMode = RenderMode.NEVER,
     ) -> AsyncIterator[CrawlOutcome]:
         """Yield one outcome per distinct URL as each completes. A failed URL never stops the crawl.
 
         `previous` maps a URL to what the last crawl of it returned, for conditional requests.
         """
-        return self.crawl_source(ListSource(urls), previous=previous)
+        return self.crawl_source(ListSource(urls), previous=previous, render=render)
 
     async def crawl_source(
         self,
@@ -82,12 +87,18 @@ class Crawler:
         previous: Mapping[str, PreviousFetch] | None = None,
         replay: Callable[[str], CrawlOutcome | None] | None = None,
         waits: RequestWaits | None = None,
+        render: RenderMode = RenderMode.NEVER,
+        render_memory: RenderMemory | None = None,
     ) -> AsyncIterator[CrawlOutcome]:
         """`crawl` over the URLs `source` hands out as the crawl goes: it may add URLs as outcomes
         come back, and the crawl ends when it has none left and none is in flight. A URL `replay`
         has an outcome for (an earlier run of the same crawl stored it) is not requested: that
         outcome comes back in its place, so discovery goes on from it as from a fetch. `waits`
-        counts how long requests waited for each limiter (Crawl-delay, host budget, slots)."""
+        counts how long requests waited for each limiter (Crawl-delay, host budget, slots).
+
+        Under `render` `always`, or `auto` when a page needs it, a page's text is read from the page as
+        Chromium renders it (`render.pages_text`), every request of the page through this crawl's guards;
+        `render_memory` is what `auto` knows of the hosts already (the previous crawl's verdicts)."""
         config = self.config
         known = previous or {}
         if not known:
@@ -102,11 +113,22 @@ class Crawler:
             timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
             follow_redirects=False,  # each hop is checked by the Fetcher before it is requested
         ) as client:
+            pages = None
+            if render is not RenderMode.NEVER:
+                from pipelines_dagster.core.crawl.render.pages_text import PageText  # only a crawl that may render
+
+                pages = PageText(
+                    config,
+                    mode=render,
+                    extract=self._extract,
+                    fetch_resource=lambda url: run.fetch_resource(url),
+                    memory=render_memory,
+                )
             run = Fetcher(
                 config,
                 guard=guard,
                 client=client,
-                extract=self._extract,
+                extract=self._extract if pages is None else pages.extract,
                 source=source,
                 previous=known,
                 host_budget=self._host_budget,
@@ -147,6 +169,8 @@ class Crawler:
                 for task in pending:
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
+                if pages is not None:
+                    await pages.close()
 
     def crawl_all(
         self, urls: Iterable[str], *, previous: Mapping[str, PreviousFetch] | None = None

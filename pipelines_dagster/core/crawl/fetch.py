@@ -170,6 +170,8 @@ class Fetcher:
                 last_modified=last_modified,
                 links=extracted.links,
                 canonical=extracted.canonical,
+                rendered=extracted.rendered,
+                render_seconds=extracted.render_seconds,
             )
         except FetchFailed as exc:
             return outcome("failed", error=str(exc))

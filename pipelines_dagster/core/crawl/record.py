@@ -56,6 +56,10 @@ class CrawlRecord:
     links: list[str] = field(default_factory=list)
     """A site crawl's discovered links of the page (carried forward when unchanged, like content)."""
     canonical: str | None = None
+    rendered: bool = False
+    """This crawl read the page's text from the page as the browser rendered it, in `render_seconds` (an
+    unchanged page is not rendered again: it carries the text its last rendering gave)."""
+    render_seconds: float = 0.0
 
     @property
     def succeeded(self) -> bool:
@@ -88,6 +92,8 @@ class CrawlRecord:
             fetched_at=outcome.fetched_at.isoformat(),
             links=links,
             canonical=canonical,
+            rendered=outcome.rendered,
+            render_seconds=round(outcome.render_seconds, 3),
         )
 
     def outcome(self) -> CrawlOutcome:
@@ -110,6 +116,8 @@ class CrawlRecord:
             unchanged=self.unchanged,
             links=tuple(self.links),
             canonical=self.canonical,
+            rendered=self.rendered,
+            render_seconds=self.render_seconds,
         )
 
     @classmethod

@@ -26,7 +26,9 @@ class CrawlerConfig:
     timed-out attempt can still be retried. `max_retry_delay` caps both the exponential backoff
     and a server's Retry-After. A robots.txt Crawl-delay spaces the requests to its origin, up
     to `max_crawl_delay` seconds apart. `extract_workers` defaults to the number of usable cores;
-    `extract_timeout` bounds one page's extraction, after which its worker is replaced.
+    `extract_timeout` bounds one page's extraction, after which its worker is replaced. A crawl that
+    renders pages opens up to `render_pages` at once in the `chromium` browser, each within
+    `render_timeout` seconds.
     """
 
     user_agent: str = "pipelines-dagster/0.1 (knowledge-base web crawler)"
@@ -45,6 +47,9 @@ class CrawlerConfig:
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     extract_workers: int | None = None
     extract_timeout: float = 60.0
+    render_timeout: float = 20.0
+    render_pages: int = 2
+    chromium: str = "/usr/bin/chromium"
 
     def __post_init__(self) -> None:
         at_least = {
@@ -57,11 +62,12 @@ class CrawlerConfig:
             "backoff_factor": 1,
             "max_retry_delay": 0,
             "max_crawl_delay": 0,
+            "render_pages": 1,
         }
         for name, minimum in at_least.items():
             if getattr(self, name) < minimum:
                 raise ValueError(f"{name} must be at least {minimum}, got {getattr(self, name)}")
-        for name in ("connect_timeout", "total_timeout", "extract_timeout"):
+        for name in ("connect_timeout", "total_timeout", "extract_timeout", "render_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
         if self.extract_workers is not None and self.extract_workers < 1:
@@ -121,6 +127,9 @@ class CrawlOutcome:
     links: tuple[str, ...] = ()
     """The page's links, when the crawl asked for them (site mode); an unchanged page has none."""
     canonical: str | None = None
+    rendered: bool = False
+    """The text was extracted from the page as the browser rendered it (`render_seconds` long)."""
+    render_seconds: float = 0.0
 
 
 def distinct(urls: Iterable[str]) -> Iterator[str]:

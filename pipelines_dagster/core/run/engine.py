@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pipelines_dagster.core.crawl.record import CrawlRecord, write_crawl
+from pipelines_dagster.core.crawl.render.rule import RenderMemory, RenderMode
 from pipelines_dagster.core.crawl.throttle import RequestWaits
 from pipelines_dagster.core.crawl.types import CrawlOutcome, ListSource, PreviousFetch, UrlSource
 from pipelines_dagster.core.ledger.billing import Billing, InsufficientCreditsError
@@ -96,6 +97,8 @@ def iter_crawl(
     halt: Callable[[], None] | None = None,
     replay: Callable[[str], CrawlOutcome | None] | None = None,
     waits: RequestWaits | None = None,
+    render: RenderMode = RenderMode.NEVER,
+    render_memory: RenderMemory | None = None,
 ) -> Iterator[CrawlOutcome]:
     """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
 
@@ -120,7 +123,10 @@ def iter_crawl(
         task = asyncio.current_task()
         assert task is not None
         running.append((asyncio.get_running_loop(), task))
-        async for outcome in crawler.crawl_source(source, previous=previous, replay=replay, waits=waits):
+        crawl = crawler.crawl_source(
+            source, previous=previous, replay=replay, waits=waits, render=render, render_memory=render_memory
+        )
+        async for outcome in crawl:
             if stop.is_set():
                 return
             try:
@@ -244,7 +250,8 @@ def execute_crawl(
         except InsufficientCreditsError as exc:
             raise RunRefused(str(exc)) from None
 
-        previous = PreviousCrawl(stored_records(blob_store, previous_blob_key))
+        render_memory = RenderMemory() if plan.render is RenderMode.AUTO else None
+        previous = PreviousCrawl(stored_records(blob_store, previous_blob_key), render_memory=render_memory)
         held.callback(previous.close)
         resumed = ResumedCrawl(checkpoint.records() if checkpoint is not None else ())
         held.callback(resumed.close)
@@ -265,7 +272,16 @@ def execute_crawl(
             crawling = time.monotonic()
             next_progress = crawling + every
             replay = resumed.replay if len(resumed) else None
-            crawled = iter_crawl(crawler, source, previous=previous.hints, halt=locks_held, replay=replay, waits=waits)
+            crawled = iter_crawl(
+                crawler,
+                source,
+                previous=previous.hints,
+                halt=locks_held,
+                replay=replay,
+                waits=waits,
+                render=plan.render,
+                render_memory=render_memory,
+            )
             for outcome in crawled:
                 record = resumed.record_of(outcome)
                 report.resumed += record is not None

@@ -12,6 +12,7 @@ from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, 
 from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
 from pipelines_dagster.core.catalog.connectors import initial_urls
 from pipelines_dagster.core.catalog.retry import RetryPolicy
+from pipelines_dagster.core.crawl.render.rule import RenderMode, render_mode
 from pipelines_dagster.core.crawl.site.config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode
 from pipelines_dagster.core.errors import ConflictError, InvalidInputError
 
@@ -34,6 +35,8 @@ class RunPlan:
     """The bounds of a site crawl; None for a list crawl."""
     max_runtime_seconds: int | None = None
     """How long one run of the pipeline may take; None: the deployment's maximum runtime."""
+    render: RenderMode = RenderMode.NEVER
+    """Which pages the crawl reads as the browser renders them (the connector's setting, or its mode's default)."""
 
     @property
     def most_pages(self) -> int:
@@ -65,6 +68,10 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
     if connector.connector_type != ConnectorType.WEBCRAWLER.value:
         raise RunRefused(f"executor not implemented for {connector.connector_type}")
     site = _site_config(connector)
+    try:
+        render = render_mode(connector.config)
+    except InvalidInputError as exc:
+        raise RunRefused(f"connector {connector.id} has an invalid render setting: {exc}") from None
     urls = list(site.start_urls) if site is not None else initial_urls(pipeline) or initial_urls(connector) or []
     if not urls:
         raise RunRefused("no URLs to crawl")
@@ -78,6 +85,7 @@ def plan_run(session: Session, pipeline_id: int) -> RunPlan:
         retry=RetryPolicy.of(pipeline),
         site=site,
         max_runtime_seconds=pipeline.max_runtime_seconds,
+        render=render,
     )
 
 

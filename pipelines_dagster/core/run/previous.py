@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 import orjson
 
 from pipelines_dagster.core.crawl.record import CrawlRecord, StoredPage, read_crawl
+from pipelines_dagster.core.crawl.render.rule import RenderMemory
 from pipelines_dagster.core.crawl.types import CrawlOutcome, PreviousFetch
 from pipelines_dagster.core.storage.blob import BlobNotFoundError, BlobStore
 
@@ -60,14 +61,19 @@ class PreviousCrawl:
 
     Gives the crawler each URL's validators and hashes, and gives back an unchanged page's stored
     content and metadata, without holding the old crawl in memory: only each URL's place in the
-    file is kept.
+    file is kept. With a `render_memory`, what each page fetched anew needed is told to it.
     """
 
-    def __init__(self, records: Iterable[CrawlRecord] | None = None) -> None:
+    def __init__(
+        self, records: Iterable[CrawlRecord] | None = None, *, render_memory: RenderMemory | None = None
+    ) -> None:
         self.hints: dict[str, PreviousFetch] = {}
 
         def successes() -> Iterator[tuple[str, bytes]]:
             for record in records or ():
+                if render_memory is not None and not record.unchanged and record.status != "failed":
+                    # What each page fetched anew needed, in crawl order: the memory settles as that crawl did.
+                    render_memory.record(record.final_url or record.url, needed=record.rendered)
                 if not record.succeeded:
                     continue
                 self.hints[record.url] = PreviousFetch(

@@ -47,9 +47,15 @@ class CrawlReport:
     """A site crawl's start URLs that failed: all of them, and discovery had nowhere to go (`crawl_health`)."""
     limits: tuple[Limit, ...] = ()
     """What limited the crawl's rate (a Crawl-delay, the shared host budget, concurrency), the longest wait first."""
+    rendered: int = 0
+    """Pages whose text this crawl read from the page as the browser rendered it."""
+    render_seconds: float = 0.0
+    """The time those pages took to render, summed (pages render side by side, so it may pass the crawl's)."""
 
     def count(self, record: CrawlRecord) -> None:
         self.attempted += 1
+        self.rendered += record.rendered
+        self.render_seconds += record.render_seconds
         if record.succeeded:
             self.succeeded += 1
             self.unchanged += record.unchanged
@@ -71,8 +77,15 @@ class CrawlReport:
         """The crawl in one sentence: its counts, its rate and what limited it."""
         return (
             f"{self.attempted} attempted, {self.succeeded} succeeded, {self.empty} empty, {self.failed} failed in "
-            f"{self.crawl_seconds:.1f} s of crawling ({self.pages_per_second:.1f} pages/s); {_limited_by(self.limits)}"
+            f"{self.crawl_seconds:.1f} s of crawling ({self.pages_per_second:.1f} pages/s); {self._rendering()}"
+            f"{_limited_by(self.limits)}"
         )
+
+    def _rendering(self) -> str:
+        if not self.rendered:
+            return ""
+        pages = "page" if self.rendered == 1 else "pages"
+        return f"{self.rendered} {pages} rendered in a browser ({self.render_seconds:.1f} s of rendering); "
 
 
 @dataclass(frozen=True, kw_only=True)

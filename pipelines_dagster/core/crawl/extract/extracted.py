@@ -25,3 +25,6 @@ class Extracted:
     metadata: dict[str, str | None]
     links: tuple[str, ...] = field(default=())
     canonical: str | None = None
+    rendered: bool = False
+    """Extracted from the page as a browser rendered it, which took `render_seconds`."""
+    render_seconds: float = 0.0

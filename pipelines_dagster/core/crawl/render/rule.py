@@ -1,5 +1,5 @@
 """Which pages are rendered: a web connector's `render` setting, the `auto` rule that reads a plain fetch, and
-the per-host memory that lets a re-crawl skip what a site has shown it never needs.
+the per-host memory that renders a script-built site's pages without checking each first.
 
 `never` takes every page as its plain fetch extracts it; `always` renders every HTML page; `auto` renders a
 page only when its plain fetch extracts thin text for its HTML (`needs_rendering`). Stored in the connector's
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES
 from pipelines_dagster.core.crawl.site.config import CrawlMode, crawl_mode
-from pipelines_dagster.core.validation import validate_choice, whole_number_in
+from pipelines_dagster.core.validation import validate_choice
 
 RENDER_KEY = "RENDER"
 
@@ -120,13 +120,11 @@ class Step(enum.StrEnum):
     """Fetch it plainly, extract, and render it if `needs_rendering` says so."""
     RENDER = "render"
     """Its host's pages all needed rendering: render it without extracting the plain fetch first."""
-    PLAIN = "plain"
-    """Its host's pages never needed rendering: take the plain extraction without the check."""
 
 
 # Eight in a row: a site with script-built pages among its static ones breaks a streak that long within a few
-# pages of crawl order, while a uniform site settles on its first eight. One re-check in 25 costs a
-# settled host 4 % of its pages in checks (for a script-built host, a plain fetch and extraction each).
+# pages of crawl order, while a uniform site settles on its first eight. One re-check in 25 costs a settled
+# host 4 % of its pages in a plain extraction each.
 SETTLE_AFTER = 8
 RECHECK_EVERY = 25
 
@@ -138,21 +136,19 @@ class _Host:
     streak: int
     """How many checked pages in a row needed the same."""
     unchecked: int = 0
-    """Pages taken on the settled verdict since the last check."""
+    """Pages rendered on the settled verdict since the last check."""
 
 
 class RenderMemory:
-    """What each host's pages needed under `auto`, so a re-crawl does not fetch a script-built site twice per
-    page, nor check a static one.
+    """What each host's pages needed under `auto`, so a script-built site's pages are rendered straight away
+    instead of being extracted twice (the plain fetch, then the rendered page).
 
-    A host settles once `settle_after` pages checked in a row all needed rendering (its later pages are
-    rendered straight away) or all did not (taken as fetched); a host whose pages differ never settles, and
-    each of its pages is checked. A settled host still has one page in `recheck_every` checked, so a site that
-    moves its text into script (or out of it) is noticed: a check that disagrees unsettles the host. The state
-    is plain JSON (`to_dict`, `from_dict`), for whoever keeps it between runs.
-
-    It is kept per host, not per path: a host whose script-built pages sit in one section, crawled after
-    `settle_after` static pages, settles plain, and that section's pages are then found only by re-checks.
+    A host settles once `settle_after` pages checked in a row all needed rendering: its later pages are rendered
+    without the check. A settled host still has one page in `recheck_every` checked, so a site that moves its
+    text out of script is noticed: a check that disagrees unsettles the host. Pages of hosts that did not need
+    rendering are always checked: the check is the plain extraction every page gets anyway plus a look at its
+    HTML, so skipping it would save nothing and would miss a section of script-built pages on a static host.
+    A crawl seeds the memory with what the previous crawl of the pipeline found (`record` per stored page).
     """
 
     def __init__(self, *, settle_after: int = SETTLE_AFTER, recheck_every: int = RECHECK_EVERY) -> None:
@@ -163,13 +159,15 @@ class RenderMemory:
         self._hosts: dict[str, _Host] = {}
 
     def next_step(self, url: str) -> Step:
-        """The step for the next page at `url`, counted as taken: a settled host's page skips its step (the
-        plain extraction, or the check) until its turn for a re-check comes."""
+        """The step for the next page at `url`, counted as taken: a settled host's page is rendered without its
+        check until its turn for a re-check comes."""
         host = self._hosts.get(_host_of(url))
-        if host is None or host.streak < self.settle_after or host.unchecked + 1 >= self.recheck_every:
+        if host is None or not host.needed or host.streak < self.settle_after:
+            return Step.CHECK
+        if host.unchecked + 1 >= self.recheck_every:
             return Step.CHECK
         host.unchecked += 1
-        return Step.RENDER if host.needed else Step.PLAIN
+        return Step.RENDER
 
     def record(self, url: str, *, needed: bool) -> None:
         """What the check of a page at `url` found: whether it needed rendering."""
@@ -180,39 +178,6 @@ class RenderMemory:
         else:
             host.streak += 1
             host.unchecked = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The memory as JSON-able data: per host, what its pages needed and how many in a row."""
-        return {
-            "hosts": {
-                key: {"needed": host.needed, "streak": host.streak, "unchecked": host.unchecked}
-                for key, host in sorted(self._hosts.items())
-            }
-        }
-
-    @classmethod
-    def from_dict(
-        cls, saved: Mapping[str, Any], *, settle_after: int = SETTLE_AFTER, recheck_every: int = RECHECK_EVERY
-    ) -> RenderMemory:
-        """A memory from `to_dict`'s data; a host whose entry is not what `to_dict` writes is forgotten (it is
-        checked again), so a damaged or older save costs checks, never a wrong verdict."""
-        memory = cls(settle_after=settle_after, recheck_every=recheck_every)
-        hosts = saved.get("hosts")
-        for key, entry in (hosts if isinstance(hosts, Mapping) else {}).items():
-            if isinstance(entry, Mapping) and _is_host_entry(entry):
-                memory._hosts[str(key)] = _Host(
-                    needed=entry["needed"], streak=entry["streak"], unchecked=entry["unchecked"]
-                )
-        return memory
-
-
-def _is_host_entry(entry: Mapping[str, Any]) -> bool:
-    streak, unchecked = entry.get("streak"), entry.get("unchecked")
-    return (
-        isinstance(entry.get("needed"), bool)
-        and whole_number_in(streak, 1, 2**31)
-        and whole_number_in(unchecked, 0, 2**31)
-    )
 
 
 def _host_of(url: str) -> str:

@@ -127,9 +127,12 @@ def measure(base_url: str, *, site_name: str, mode: RenderMode, pages: int) -> d
             outcomes = asyncio.run(crawl(crawler, list(by_url), mode))
         wall = time.perf_counter() - started
     kinds: dict[str, dict[str, int]] = {}
+    missed = []
     for outcome in outcomes:
         page = by_url[outcome.url]
         found = found_in(page, outcome.content)
+        if not found.marker and not (mode is RenderMode.NEVER and page.kind in JS_KINDS):
+            missed.append(f"{page.path} ({page.kind}, {outcome.status}: {outcome.error or 'text without its marker'})")
         counts = kinds.setdefault(page.kind, Counter(pages=0, found=0, chars=0, chars_of=0, rendered=0))
         counts.update(
             pages=1,
@@ -144,6 +147,7 @@ def measure(base_url: str, *, site_name: str, mode: RenderMode, pages: int) -> d
         "statuses": Counter(outcome.status for outcome in outcomes),
         "errors": sorted({f"{outcome.status}: {outcome.error}" for outcome in outcomes if outcome.status == "failed"}),
         "kinds": kinds,
+        "missed": sorted(missed),
         "rendered": sum(outcome.rendered for outcome in outcomes),
         "render_seconds": sum(outcome.render_seconds for outcome in outcomes),
         "peak_rss": peak.rss,
@@ -332,6 +336,8 @@ def main() -> int:
                     f"[rest of machine {result['others']:.0%} busy]",
                     flush=True,
                 )
+                if result["missed"]:
+                    print(f"  text not found, of a page the mode should find: {'; '.join(result['missed'][:3])}")
     first = runs[CRAWLS[0]][0]
     print(
         f"each crawl a fresh process and Crawler: render_pages={first['render_pages']}, "

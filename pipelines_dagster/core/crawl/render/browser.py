@@ -54,6 +54,9 @@ _CLOSE_SECONDS = 5.0
 # A killed browser's pages report their end first; its own disconnection follows within milliseconds.
 _DISCONNECT_SECONDS = 1.0
 
+# Three turns of the page's task loop: a response's body read, its parse and the script's write are a task each.
+_TASK_TURNS = "() => new Promise(done => setTimeout(() => setTimeout(() => setTimeout(done, 0), 0), 0))"
+
 FetchResource = Callable[[str], Awaitable[Resource | str]]
 """url -> what to fulfil the page's request with, or why it is refused."""
 
@@ -237,7 +240,16 @@ class Renderer:
         await page.goto(url, wait_until="load")
         # Scripts that fetch the text after load: wait until the network is quiet, for a while at most
         # (a page that polls is never quiet, and is read as it stands then).
-        await requests.settled(quiet=self._quiet_seconds, within=self._settle_seconds)
+        settle_by = time.monotonic() + self._settle_seconds
+        while True:
+            await requests.settled(quiet=self._quiet_seconds, within=settle_by - time.monotonic())
+            # The last answer reaches the page's script only when its main thread gets to it, which on a busy
+            # machine can be after the quiet: the page takes a few turns of its own task loop (its answers'
+            # tasks queued before them run first), and if that started a request, it settles again.
+            active = requests.last_active
+            await page.evaluate(_TASK_TURNS)
+            if (requests.last_active == active and not requests.handlers) or time.monotonic() >= settle_by:
+                break
         return await page.content()
 
     async def _running(self) -> _Launch:

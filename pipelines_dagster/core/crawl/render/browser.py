@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Self
 
 from pipelines_dagster.core.crawl.extract.workers import worker_environment
-from pipelines_dagster.core.crawl.render.pages import PageRequests, close_soon, navigates, refusal
-from pipelines_dagster.core.crawl.render.processes import kill_tree, launched_by, tree_memory
+from pipelines_dagster.core.crawl.render.pages import (
+    BrowserLost,
+    PageRequests,
+    close_soon,
+    navigates,
+    refusal,
+    unless_lost,
+)
+from pipelines_dagster.core.crawl.render.processes import is_running, kill_marked, kill_tree, launched_by, tree_memory
 from pipelines_dagster.core.crawl.types import Resource
 
 if TYPE_CHECKING:
@@ -51,6 +58,7 @@ NETWORK_SHUT = (
     "--no-pings",
 )
 _CLOSE_SECONDS = 5.0
+_CRASHED = "the browser crashed or was killed while rendering the page; it is restarted for the next page"
 # A killed browser's pages report their end first; its own disconnection follows within milliseconds.
 _DISCONNECT_SECONDS = 1.0
 
@@ -81,8 +89,10 @@ class _Launch:
 
     browser: Browser
     pid: int
+    marker: str
     stopped: str | None = None
     disconnected: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when Playwright reports the browser gone, or the watchdog finds its process ended."""
 
 
 class Renderer:
@@ -185,12 +195,16 @@ class Renderer:
                     # Nothing survives the page: a fresh context holds its cookies, storage and cache.
                     context = await launch.browser.new_context(service_workers="block", accept_downloads=False)
                     opened.append(context)
-                    content = await self._load(context, url, html, content_type, fetch_resource, requests)
+                    content = await unless_lost(
+                        launch.disconnected, self._load(context, url, html, content_type, fetch_resource, requests)
+                    )
             except TimeoutError:
                 raise RenderError(
                     f"the page did not render within its budget of {budget_seconds:g} s "
                     "(a script that never ends, or a page that never finishes loading); it was stopped"
                 ) from None
+            except BrowserLost:
+                raise RenderError(launch.stopped or _CRASHED) from None
             except Exception as exc:
                 if not _is_playwright_error(exc):
                     raise
@@ -287,7 +301,7 @@ class Renderer:
                     "the browser started but its process is not in /proc, so its memory cap cannot be kept: "
                     "run the renderer where /proc shows this user's processes (no hidepid)"
                 )
-            launch = self._launch = _Launch(browser, pid)
+            launch = self._launch = _Launch(browser, pid, marker)
 
             def disconnected(_browser: Browser) -> None:
                 launch.disconnected.set()
@@ -301,6 +315,13 @@ class Renderer:
             await asyncio.sleep(self._watch_seconds)
             launch = self._launch
             if launch is None or launch.stopped is not None:
+                continue
+            if not await asyncio.to_thread(is_running, launch.pid):
+                # Killed or crashed: its pages fail now, whether or not Playwright has noticed yet, and what is
+                # left of it (renderer processes) goes with it.
+                launch.stopped = _CRASHED
+                launch.disconnected.set()
+                await asyncio.to_thread(kill_marked, launch.marker)
                 continue
             held = await asyncio.to_thread(tree_memory, launch.pid)
             if held > cap:
@@ -331,7 +352,7 @@ class Renderer:
                 async with asyncio.timeout(_DISCONNECT_SECONDS):
                     await launch.disconnected.wait()
         if launch.disconnected.is_set():
-            return "the browser crashed or was killed while rendering the page; it is restarted for the next page"
+            return _CRASHED
         if requests.crashed:
             return (
                 "the page's renderer process crashed (a page that allocates past the "

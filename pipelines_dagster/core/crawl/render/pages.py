@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,6 +41,27 @@ class PageRequests:
             if not self.handlers and now - self.last_active >= quiet:
                 return
             await asyncio.sleep(_SETTLE_POLL_SECONDS)
+
+
+class BrowserLost(Exception):
+    """The browser went away while a page was rendering in it."""
+
+
+async def unless_lost(gone: asyncio.Event, work: Coroutine[Any, Any, str]) -> str:
+    """`work`'s result; BrowserLost as soon as `gone` is set, the browser known to be gone (`work` cancelled)."""
+    done = asyncio.ensure_future(work)
+    lost = asyncio.ensure_future(gone.wait())
+    try:
+        await asyncio.wait({done, lost}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        lost.cancel()
+        if not done.done():
+            done.cancel()
+            with contextlib.suppress(BaseException):
+                await done
+    if done.cancelled():
+        raise BrowserLost()
+    return done.result()
 
 
 def close_soon(page: Page) -> None:

@@ -59,6 +59,23 @@ def kill_tree(root: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def is_running(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie, ended but not yet reaped, has)."""
+    try:
+        state = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def kill_marked(marker: str) -> None:
+    """SIGKILL every process whose command line carries `marker`: what is left of a browser whose root has gone."""
+    for pid, cmdline in _command_lines().items():
+        if marker in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _parents() -> dict[int, int]:
     parents = {}
     for entry in _PROC.iterdir():

@@ -221,6 +221,39 @@ def test_a_killed_browser_fails_only_the_pages_in_flight_and_the_next_page_rende
     assert relaunched not in (None, killed)
 
 
+def test_a_browser_gone_while_playwright_cannot_tell_fails_its_pages_from_the_watchdog(
+    web: WebServer, chromium: str
+) -> None:
+    """The Playwright driver frozen, it cannot report the browser's death: the watchdog finds the process ended."""
+    web.route("/slow.json", Reply(body='{"text": "late"}', content_type="application/json", delay=2.0))
+    waiting = page_with("fetch('/slow.json').then(r => r.json()).then(d => { app.textContent = d.text; });")
+    normal = page_with("app.textContent = 'Rendered after the kill';")
+
+    async def work(renderer: Renderer, fetch_resource: Any) -> tuple[Any, ...]:
+        in_flight = asyncio.create_task(
+            renderer.render(web.url("/held"), waiting, fetch_resource=fetch_resource, budget_seconds=60)
+        )
+        await asyncio.sleep(1.0)
+        killed = renderer.browser_pid
+        assert killed is not None
+        driver = psutil.Process(killed).parent()  # Playwright's driver launched it
+        assert driver is not None and "playwright" in " ".join(driver.cmdline())
+        driver.suspend()
+        os.kill(killed, signal.SIGKILL)
+        try:
+            failure = await asyncio.wait_for(asyncio.gather(in_flight, return_exceptions=True), 30)
+        finally:
+            driver.resume()
+        after = await renderer.render(web.url("/after"), normal, fetch_resource=fetch_resource, budget_seconds=BUDGET)
+        return failure[0], after
+
+    failure, after = with_renderer(chromium, work, watch_seconds=0.1)
+    assert (
+        str(failure) == "the browser crashed or was killed while rendering the page; it is restarted for the next page"
+    )
+    assert "Rendered after the kill" in after.html
+
+
 def test_a_missing_browser_says_what_to_install() -> None:
     async def start() -> None:
         await Renderer(executable="/nonexistent/chromium").start()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 import sqlalchemy as sa
 from dagster._serdes import serialize_value
 
-from pipelines_dagster.app_db.engine import transaction
+from pipelines_dagster.app_db.engine import create_engine, transaction
+from pipelines_dagster.app_db.migrate import upgrade
 from pipelines_dagster.app_db.models import DomainEvent, PipelineTrigger, WebhookDelivery
 from pipelines_dagster.core.catalog.pipelines import create_pipeline
 from pipelines_dagster.core.catalog.triggers import create_event_trigger
@@ -35,6 +37,7 @@ from pipelines_dagster.sensors.events import build_event_sensor
 from pipelines_dagster.sensors.schedules import build_schedule_sensor
 from pipelines_dagster.sensors.webhooks import build_webhook_sensor
 from pipelines_dagster.settings import Settings
+from tests.conftest import database_beside
 from tests.sensors.test_trigger_sensors import evaluate, instance, make_pipeline  # noqa: F401  (instance: fixture)
 from tests.support.processes import kill_when_it_says
 from tests.support.webhooks import create_webhook, deliver
@@ -47,8 +50,14 @@ EVENT_TYPE = "refresh.requested"
 
 
 @pytest.fixture
-def app_db(postgres_url: str) -> AppDatabaseResource:
-    return AppDatabaseResource(url=postgres_url)
+def app_db(postgres_url: str) -> Iterator[AppDatabaseResource]:
+    """A database of the test's own: a lost fire is offered again oldest first, a batch at a time, and the
+    deliveries other tests on this worker left (their runs in instances of their own) would look lost too."""
+    with database_beside(postgres_url, "killed_tick") as url:
+        engine = create_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield AppDatabaseResource(url=url)
 
 
 def kill_a_tick_after_its_commit(kind: str, instance: dg.DagsterInstance, app_db: AppDatabaseResource, log: Path):

@@ -191,12 +191,17 @@ def test_a_runaway_page_fails_alone_and_the_next_page_renders(
         assert isinstance(beside, Rendered) and "Still rendering" in beside.html
 
 
+def pages_around_a_kill(web: WebServer) -> tuple[str, str]:
+    """A page waiting 2 s for its JSON while its browser is killed, and a page rendered after."""
+    web.route("/slow.json", Reply(body='{"text": "late"}', content_type="application/json", delay=2.0))
+    waiting = page_with("fetch('/slow.json').then(r => r.json()).then(d => { app.textContent = d.text; });")
+    return waiting, page_with("app.textContent = 'Rendered after the kill';")
+
+
 def test_a_killed_browser_fails_only_the_pages_in_flight_and_the_next_page_renders(
     web: WebServer, chromium: str
 ) -> None:
-    web.route("/slow.json", Reply(body='{"text": "late"}', content_type="application/json", delay=2.0))
-    waiting = page_with("fetch('/slow.json').then(r => r.json()).then(d => { app.textContent = d.text; });")
-    normal = page_with("app.textContent = 'Rendered after the kill';")
+    waiting, normal = pages_around_a_kill(web)
 
     async def work(renderer: Renderer, fetch_resource: Any) -> tuple[Any, ...]:
         in_flight = [
@@ -225,9 +230,7 @@ def test_a_browser_gone_while_playwright_cannot_tell_fails_its_pages_from_the_wa
     web: WebServer, chromium: str
 ) -> None:
     """The Playwright driver frozen, it cannot report the browser's death: the watchdog finds the process ended."""
-    web.route("/slow.json", Reply(body='{"text": "late"}', content_type="application/json", delay=2.0))
-    waiting = page_with("fetch('/slow.json').then(r => r.json()).then(d => { app.textContent = d.text; });")
-    normal = page_with("app.textContent = 'Rendered after the kill';")
+    waiting, normal = pages_around_a_kill(web)
 
     async def work(renderer: Renderer, fetch_resource: Any) -> tuple[Any, ...]:
         in_flight = asyncio.create_task(

@@ -204,20 +204,21 @@ def test_queued_running_and_canceled_runs(embedded: Stack):
 
 def slow_pages(stack: Stack, count: int, *, prefix: str = "/slow") -> list[str]:
     for n in range(count):
-        stack.web.route(f"{prefix}{n}", page(f"Slow {n}", f"Paragraph {n}.", delay=0.4))
+        stack.web.route(f"{prefix}{n}", page(f"Slow {n}", f"Paragraph {n}.", delay=0.8))
     return [stack.web.url(f"{prefix}{n}") for n in range(count)]
 
 
 def live_view(stack: Stack, workspace_id: int, pipeline_id: int, start: Callable[[], object]) -> tuple[Any, Any]:
-    """Start a run on a thread and read history while it crawls: the first view with counts of it (listed
-    and read alone), then the run's view once it has ended."""
+    """Start a run on a thread and read history while it crawls: the first view with live counts of it (listed
+    and read alone), then the run's view once it has ended. A running run whose crawl is stored already (its
+    later steps still going) shows its final counts, not live ones: that view is not the one looked for."""
     done = threading.Thread(target=start)
     done.start()
     runs = history(stack)
 
     def crawling() -> Any:
         listed = runs.list_runs(workspace_id, pipeline_id=pipeline_id).runs
-        return next((run for run in listed if run.status == "running" and run.crawls_attempted is not None), None)
+        return next((run for run in listed if run.status == "running" and run.progress_at is not None), None)
 
     try:
         deadline = time.monotonic() + 30
@@ -233,7 +234,8 @@ def live_view(stack: Stack, workspace_id: int, pipeline_id: int, start: Callable
 
 def test_a_running_crawl_shows_its_live_counts_and_once_stored_its_final_ones(embedded: Stack, monkeypatch):
     monkeypatch.setattr(run_engine, "PROGRESS_EVERY_SECONDS", 0.2)
-    # Four at a time, 0.4 s each: about 1.2 s of crawling, progress every 0.2 s of it.
+    # Four at a time, 0.8 s each: about 2.4 s of crawling (wide enough to be seen on a loaded machine),
+    # progress every 0.2 s of it.
     workspace_id, pipeline_id = embedded.pipeline(slow_pages(embedded, 12))
     (seen, alone), ended = live_view(
         embedded, workspace_id, pipeline_id, lambda: embedded.run(pipeline_id, workspace_id)

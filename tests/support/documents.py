@@ -19,9 +19,11 @@ from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject, Num
 _LINE_HEIGHT = 14
 
 
-def _escaped(line: str) -> str:
-    """A line as a PDF literal string."""
-    return line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+def _shown(text: str) -> bytes:
+    """A content stream showing `text`, a line of it per line of the page."""
+    escaped = (line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") for line in text.split("\n"))
+    lines = "".join(f"({line}) '\n" for line in escaped)
+    return f"BT /F1 11 Tf {_LINE_HEIGHT} TL 72 740 Td\n{lines}ET".encode("latin-1")
 
 
 def _stream(writer: PdfWriter, data: bytes, **entries: object) -> object:
@@ -31,12 +33,8 @@ def _stream(writer: PdfWriter, data: bytes, **entries: object) -> object:
     return writer._add_object(stream)
 
 
-def pdf_document(
-    pages: Sequence[str], *, outline: Sequence[tuple[str, int, int]] = (), title: str | None = None
-) -> bytes:
-    """A PDF whose page n shows `pages[n]` (one line per line of it), and whose outline has (title, page index,
-    level) entries in order; a level-2 entry is a child of the level-1 entry before it."""
-    writer = PdfWriter()
+def _text_pages(writer: PdfWriter, contents: Sequence[bytes], *, deflate: bool = False) -> None:
+    """Pages drawing `contents` (content streams), each with Helvetica as /F1."""
     font = writer._add_object(
         DictionaryObject(
             {
@@ -46,22 +44,44 @@ def pdf_document(
             }
         )
     )
-    for text in pages:
+    for content in contents:
         page = writer.add_blank_page(612, 792)
-        lines = "".join(f"({_escaped(line)}) '\n" for line in text.split("\n"))
-        content = f"BT /F1 11 Tf {_LINE_HEIGHT} TL 72 740 Td\n{lines}ET".encode("latin-1")
-        page[NameObject("/Contents")] = _stream(writer, content)
+        stream = DecodedStreamObject()
+        stream.set_data(content)
+        page[NameObject("/Contents")] = writer._add_object(stream.flate_encode() if deflate else stream)
         page[NameObject("/Resources")] = DictionaryObject(
             {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})}
         )
-    parents: dict[int, object] = {}
-    for heading, page_index, level in outline:
-        parents[level] = writer.add_outline_item(heading, page_index, parent=parents.get(level - 1))
-    if title is not None:
-        writer.add_metadata({"/Title": title})
+
+
+def _written(writer: PdfWriter) -> bytes:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def pdf_document(
+    pages: Sequence[str], *, outline: Sequence[tuple[str, int, int]] = (), title: str | None = None
+) -> bytes:
+    """A PDF whose page n shows `pages[n]` (one line per line of it), and whose outline has (title, page index,
+    level) entries in order; a level-2 entry is a child of the level-1 entry before it."""
+    writer = PdfWriter()
+    _text_pages(writer, [_shown(text) for text in pages])
+    parents: dict[int, object] = {}
+    for heading, page_index, level in outline:
+        parents[level] = writer.add_outline_item(title=heading, page_number=page_index, parent=parents.get(level - 1))
+    if title is not None:
+        writer.add_metadata({"/Title": title})
+    return _written(writer)
+
+
+def inflating_pdf(megabytes: int) -> bytes:
+    """A PDF of one page whose content stream is tens of KB deflated and `megabytes` MiB of text operators inflated:
+    a few seconds of pypdf's time per 10 MiB."""
+    writer = PdfWriter()
+    operators = b"BT /F1 1 Tf 0 0 Td (a) Tj ET\n"
+    _text_pages(writer, [operators * (megabytes * 1024 * 1024 // len(operators))], deflate=True)
+    return _written(writer)
 
 
 def scanned_pdf(pages: int = 2) -> bytes:
@@ -85,9 +105,7 @@ def scanned_pdf(pages: int = 2) -> bytes:
             {NameObject("/XObject"): DictionaryObject({NameObject("/Im0"): image})}
         )
         page[NameObject("/Contents")] = _stream(writer, b"q 540 0 0 720 36 36 cm /Im0 Do Q")
-    out = io.BytesIO()
-    writer.write(out)
-    return out.getvalue()
+    return _written(writer)
 
 
 MALFORMED_PDF = b"%PDF-1.7\n1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF garbage"

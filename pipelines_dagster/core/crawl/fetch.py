@@ -131,7 +131,6 @@ class Fetcher:
         try:
             response = await self._fetch(url, previous=previous, progress=progress, as_page=True)
             previous = progress.previous
-            progress.kind = page_kind(response.media_type)
             etag = response.headers.get("etag")
             last_modified = response.headers.get("last-modified")
             if response.status == 304:
@@ -344,6 +343,7 @@ class Fetcher:
             media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
             if as_page:
                 cap = page_cap(media_type, url=str(url), config=config)
+                progress.kind = page_kind(media_type)
             declared = response.headers.get("content-length", "")
             if not cap.cut and declared.isdigit() and int(declared) > cap.max_bytes:
                 raise FetchFailed(f"body larger than {cap.max_bytes} bytes ({declared} declared)")
@@ -358,10 +358,13 @@ class Fetcher:
             except DecodingError as exc:
                 raise FetchFailed(str(exc)) from None
             data = bytes(body.data)
+            if as_page:
+                media_type = page_type(media_type, data, url=str(url))
+                progress.kind = page_kind(media_type)
             return FetchResponse(
                 status=response.status_code,
                 headers=response.headers,
-                media_type=page_type(media_type, data, url=str(url)) if as_page else media_type,
+                media_type=media_type,
                 charset=response.charset_encoding,
                 body=data,
                 raw_hash=body.digest.hexdigest(),

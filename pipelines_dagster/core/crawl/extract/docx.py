@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 import mammoth
 
 from pipelines_dagster.core.crawl.extract.extracted import DocumentError
+from pipelines_dagster.core.crawl.extract.word_html import markdown_of
 
 # A Word document has tens of entries, a large one with many pictures a few thousand.
 MAX_ENTRIES = 5_000
@@ -41,12 +42,12 @@ def docx_markdown(body: bytes) -> tuple[str, dict[str, str | None]]:
     properties = checked_zip(body)
     try:
         # Never a file a document links to outside itself: the worker's disk is not the document's.
-        result = mammoth.convert_to_markdown(io.BytesIO(body), convert_image=_no_picture, external_file_access=False)
+        result = mammoth.convert_to_html(io.BytesIO(body), convert_image=_no_picture, external_file_access=False)
     except MemoryError:
         raise DocumentError("the DOCX needs more memory to read than an extraction worker may use") from None
     except Exception as exc:  # mammoth raises many kinds on a malformed document; each is this URL's reason
         raise DocumentError(f"the DOCX could not be read: {exc or type(exc).__name__}") from None
-    return result.value, _properties(properties)
+    return markdown_of(result.value), _properties(properties)
 
 
 def checked_zip(body: bytes) -> bytes | None:
@@ -79,9 +80,11 @@ def checked_zip(body: bytes) -> bytes | None:
 
 
 def _inflated(archive: zipfile.ZipFile, entry: zipfile.ZipInfo) -> bytes:
-    """An entry's bytes: zipfile reads no further than the size the entry declares."""
+    """An entry's bytes, inflated no further than the size it declares (and its CRC checked there): a whole-entry
+    read would inflate each compressed chunk whole first, a lying header's bomb with it."""
     try:
-        return archive.read(entry)
+        with archive.open(entry) as member:
+            return member.read(entry.file_size)
     except (zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError, OSError, EOFError) as exc:
         raise DocumentError(
             f"the DOCX's entry {entry.filename} is damaged or not what its header says ({exc}); not read"

@@ -43,7 +43,8 @@ def pdf_markdown(body: bytes) -> tuple[str, dict[str, str | None]]:
         raise DocumentError(f"the PDF could not be read: {exc or type(exc).__name__}") from None
     if not any(text.strip() for text in pages):
         raise DocumentError(
-            f"the PDF has no text layer ({len(pages)} pages of images, a scanned document?); "
+            f"the PDF has no text layer ({len(pages)} {'page' if len(pages) == 1 else 'pages'} without text, a scanned "
+            "document?); "
             "OCR is not done, so it has no text for the knowledge base"
         )
     parts: list[str] = []

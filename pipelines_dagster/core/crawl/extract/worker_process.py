@@ -31,7 +31,7 @@ LENGTHS = struct.Struct(">II")
 # parent forked still holds it open.
 _PARENT_CHECK_SECONDS = 0.1
 # The address space a worker may map. An idle worker maps ~165 MiB, one that extracted an 8 MB HTML page ~255 MiB
-# at its peak (measured 2026-12-07); a 50 MiB document adds its copies and pypdf's streams (each inflated to 75 MB
+# at its peak (measured 2026-12-06); a 50 MiB document adds its copies and pypdf's streams (each inflated to 75 MB
 # at most by pypdf's own limit). A hostile file that needs more gets a MemoryError (its URL fails, saying so), or
 # at worst kills its worker, which is replaced: not the machine's memory, shared by every worker and run.
 ADDRESS_SPACE_BYTES = 2 * 1024**3

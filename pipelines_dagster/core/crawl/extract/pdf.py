@@ -10,6 +10,8 @@ address-space limit (`worker_process`).
 from __future__ import annotations
 
 import io
+import itertools
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,9 +19,12 @@ from pypdf import PdfReader
 
 from pipelines_dagster.core.crawl.extract.extracted import DocumentError
 
+# pypdf warns of every flaw it reads past (a wrong xref offset, a stray byte); a worker's stderr is its run's log,
+# which would fill with them on a site of sloppy PDFs. What fails a document is its URL's outcome.
+logging.getLogger("pypdf").setLevel(logging.ERROR)
 # Markdown has six heading levels; deeper bookmarks are sixth-level headings.
 _MAX_HEADING_LEVEL = 6
-# Bookmarks read from one outline: a real document has hundreds at most; more is a trap to loop in.
+# Bookmarks placed from one outline: a real document has hundreds at most; each costs a page lookup.
 _MAX_OUTLINE_ITEMS = 10_000
 
 
@@ -43,9 +48,8 @@ def pdf_markdown(body: bytes) -> tuple[str, dict[str, str | None]]:
         raise DocumentError(f"the PDF could not be read: {exc or type(exc).__name__}") from None
     if not any(text.strip() for text in pages):
         raise DocumentError(
-            f"the PDF has no text layer ({len(pages)} {'page' if len(pages) == 1 else 'pages'} without text, a scanned "
-            "document?); "
-            "OCR is not done, so it has no text for the knowledge base"
+            f"the PDF has no text layer ({len(pages)} {'page' if len(pages) == 1 else 'pages'} without text, a "
+            "scanned document?); OCR is not done, so it has no text for the knowledge base"
         )
     parts: list[str] = []
     for number, text in enumerate(pages):
@@ -57,7 +61,7 @@ def pdf_markdown(body: bytes) -> tuple[str, dict[str, str | None]]:
 def _headings(reader: PdfReader) -> dict[int, list[tuple[int, str]]]:
     """The outline's entries by the page (index) they point to, each as (heading level, title), in order."""
     headings: dict[int, list[tuple[int, str]]] = {}
-    for level, item in _outline(reader.outline, level=1, budget=[_MAX_OUTLINE_ITEMS]):
+    for level, item in itertools.islice(_outline(reader.outline, level=1), _MAX_OUTLINE_ITEMS):
         title = " ".join(str(item.title or "").split())
         page = reader.get_destination_page_number(item)
         if title and page is not None and page >= 0:
@@ -65,15 +69,12 @@ def _headings(reader: PdfReader) -> dict[int, list[tuple[int, str]]]:
     return headings
 
 
-def _outline(items: list[Any], *, level: int, budget: list[int]) -> Iterator[tuple[int, Any]]:
+def _outline(items: list[Any], *, level: int) -> Iterator[tuple[int, Any]]:
     """The outline's entries depth first; a nested list holds the children of the entry before it."""
     for item in items:
-        if budget[0] <= 0:
-            return
         if isinstance(item, list):
-            yield from _outline(item, level=level + 1, budget=budget)
+            yield from _outline(item, level=level + 1)
         else:
-            budget[0] -= 1
             yield level, item
 
 

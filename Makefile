@@ -110,6 +110,7 @@ bench: install
 	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/worker_memory.py
 	$(BIN)/python bench/render_cost.py
+	$(BIN)/python bench/pdf_parse.py
 
 # Every bench at a tiny size of the same code path: its figures printed, its speed and memory targets not
 # judged; each fails only when something did not work (a crash, a failed run, a wrong count). CI runs it.
@@ -136,3 +137,4 @@ bench-smoke-others:
 	$(BIN)/python bench/hostile.py --smoke
 	$(BIN)/python bench/worker_memory.py --smoke
 	$(BIN)/python bench/render_cost.py --smoke
+	$(BIN)/python bench/pdf_parse.py --smoke

@@ -87,6 +87,12 @@ class CrawlMetadata:
     """Pages whose text was read from the page as the browser rendered it; absent under `never`."""
     render_seconds: float | None = None
     """Their rendering time, summed over pages (which render side by side); absent under `never`."""
+    pages_html: int | None = None
+    """Pages by kind, whatever their status (a page that failed before its type was known has none): HTML and
+    XHTML pages, plain-text pages, PDF and DOCX documents; absent for a crawl an older release stored."""
+    pages_text: int | None = None
+    pages_pdf: int | None = None
+    pages_docx: int | None = None
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""

@@ -331,6 +331,10 @@ def crawl_partition(
             render=plan.render.value,
             pages_rendered=report.rendered if plan.render is not RenderMode.NEVER else None,
             render_seconds=round(report.render_seconds, 3) if plan.render is not RenderMode.NEVER else None,
+            pages_html=report.kinds["html"],
+            pages_text=report.kinds["text"],
+            pages_pdf=report.kinds["pdf"],
+            pages_docx=report.kinds["docx"],
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = _failed_urls_table(report)

@@ -29,7 +29,12 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
     per_host_concurrency: int = CrawlerConfig.per_host_concurrency
     connect_timeout: float = CrawlerConfig.connect_timeout
     total_timeout: float = CrawlerConfig.total_timeout
-    max_body_bytes: int = CrawlerConfig.max_body_bytes
+    max_body_bytes: int = Field(
+        default=CrawlerConfig.max_body_bytes, description="The largest HTML or text page read, in bytes (decoded)."
+    )
+    max_document_bytes: int = Field(
+        default=CrawlerConfig.max_document_bytes, description="The largest PDF or DOCX document read, in bytes."
+    )
     max_attempts: int = CrawlerConfig.max_attempts
     obey_robots: bool = True
     max_crawl_delay: float = Field(
@@ -75,6 +80,7 @@ class CrawlerResource(dg.ConfigurableResource["CrawlerResource"]):
             connect_timeout=self.connect_timeout,
             total_timeout=self.total_timeout,
             max_body_bytes=self.max_body_bytes,
+            max_document_bytes=self.max_document_bytes,
             max_attempts=self.max_attempts,
             obey_robots=self.obey_robots,
             max_crawl_delay=self.max_crawl_delay,

@@ -13,7 +13,7 @@ import socketserver
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import ip_address
@@ -38,6 +38,9 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
     chunked: bool = False
+    stream: Callable[[], Iterable[bytes]] | None = None
+    """Pieces sent in place of `body`, made as they are sent (a body too large to hold); with no `chunked`,
+    `headers` say its Content-Length, or the connection's close ends it."""
 
 
 @dataclass(frozen=True)
@@ -209,16 +212,20 @@ class WebServer:
             handler.send_header(name, value)
         if reply.chunked:
             handler.send_header("Transfer-Encoding", "chunked")
-        else:
+        elif reply.stream is None:
             handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        if reply.chunked:
-            for start in range(0, len(body), _CHUNK):
-                chunk = body[start : start + _CHUNK]
-                handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            handler.wfile.write(b"0\r\n\r\n")
         else:
-            handler.wfile.write(body)
+            handler.close_connection = "content-length" not in {name.lower() for name in reply.headers}
+        handler.end_headers()
+        pieces = (
+            reply.stream()
+            if reply.stream is not None
+            else (body[at : at + _CHUNK] for at in range(0, len(body), _CHUNK))
+        )
+        for piece in pieces:
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if reply.chunked else piece)
+        if reply.chunked:
+            handler.wfile.write(b"0\r\n\r\n")
 
 
 class StaticResolver:

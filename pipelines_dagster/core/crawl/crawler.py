@@ -16,7 +16,7 @@ from dataclasses import replace
 import httpx
 
 from pipelines_dagster.core.crawl.body import ACCEPT_ENCODING
-from pipelines_dagster.core.crawl.extract.extracted import Extracted
+from pipelines_dagster.core.crawl.extract.extracted import DOCX, PDF, Extracted
 from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots
 from pipelines_dagster.core.crawl.extract.workers import ExtractionError, ExtractionWorkers
 from pipelines_dagster.core.crawl.fetch import Fetcher
@@ -34,7 +34,8 @@ from pipelines_dagster.core.crawl.types import (
 )
 from pipelines_dagster.core.security.ssrf import AddressGuard, PinnedTransport, Resolver
 
-_ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9"
+# Pages first; documents (PDF, DOCX) after them, which a server that negotiates then offers only when it has no page.
+_ACCEPT = f"text/html,application/xhtml+xml,text/plain;q=0.9,{PDF};q=0.8,{DOCX};q=0.8"
 # URLs started ahead of the slowest one: enough to keep every host slot busy, few enough that
 # pages waiting for extraction do not pile up in memory.
 _WINDOW_PER_SLOT = 4

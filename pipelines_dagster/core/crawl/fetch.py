@@ -16,9 +16,10 @@ from urllib.parse import urljoin
 import httpx
 
 from pipelines_dagster.core.crawl.body import Body, BodyCap, BodyDecoder, DecodingError, drain
-from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
+from pipelines_dagster.core.crawl.extract.extracted import Extracted, page_kind
 from pipelines_dagster.core.crawl.headers import conditional_headers, retry_after_seconds
 from pipelines_dagster.core.crawl.host_budget import HostBudget, HostBudgetError
+from pipelines_dagster.core.crawl.page_types import page_cap, page_type
 from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsRules
 from pipelines_dagster.core.crawl.slots import HostSlots
 from pipelines_dagster.core.crawl.throttle import RequestWaits
@@ -37,7 +38,6 @@ from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.security.ssrf import AddressError, AddressGuard
 from pipelines_dagster.core.validation import validate_url
 
-PAGE_TYPES = HTML_TYPES | {PLAIN_TEXT}
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Headers that describe the body as it came over the wire; a subresource's body is handed on decoded.
 _WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
@@ -124,11 +124,12 @@ class Fetcher:
                 elapsed=time.monotonic() - started,
                 attempts=progress.attempts,
                 http_status=progress.http_status,
+                kind=progress.kind,
                 **fields,
             )
 
         try:
-            response = await self._fetch(url, previous=previous, progress=progress, media_types=PAGE_TYPES)
+            response = await self._fetch(url, previous=previous, progress=progress, as_page=True)
             previous = progress.previous
             etag = response.headers.get("etag")
             last_modified = response.headers.get("last-modified")
@@ -184,7 +185,7 @@ class Fetcher:
         progress = FetchProgress(final_url=url)
         try:
             response = await self._fetch(
-                url, previous=None, progress=progress, media_types=None, cap=BodyCap(max_bytes, cut=True)
+                url, previous=None, progress=progress, as_page=False, cap=BodyCap(max_bytes, cut=True)
             )
         except FetchFailed as exc:
             return FetchedBody(error=str(exc))
@@ -202,7 +203,7 @@ class Fetcher:
         """
         try:
             response = await self._fetch(
-                url, previous=None, progress=FetchProgress(final_url=url), media_types=None, requested=_SUBRESOURCE
+                url, previous=None, progress=FetchProgress(final_url=url), as_page=False, requested=_SUBRESOURCE
             )
         except FetchFailed as exc:
             return str(exc)
@@ -215,11 +216,13 @@ class Fetcher:
         *,
         previous: PreviousFetch | None,
         progress: FetchProgress,
-        media_types: frozenset[str] | None,
+        as_page: bool,
         cap: BodyCap | None = None,
         requested: _Requested = _PAGE,
     ) -> FetchResponse:
-        """The final response for `url`, following redirects ourselves so every hop is checked."""
+        """The final response for `url`, following redirects ourselves so every hop is checked. `as_page`: the
+        body is a page's, read only for the types a crawl extracts and to their cap (`page_types`); else to
+        `cap`, by default the page cap, whatever its type."""
         current = _checked_url(url)
         progress.previous = previous
         max_redirects = requested.max_redirects if requested.max_redirects is not None else self._config.max_redirects
@@ -243,7 +246,7 @@ class Fetcher:
                 host=host,
                 previous=progress.previous,
                 progress=progress,
-                media_types=media_types,
+                as_page=as_page,
                 cap=cap or BodyCap(self._config.max_body_bytes),
                 requested=requested,
             )
@@ -270,7 +273,7 @@ class Fetcher:
         host: str,
         previous: PreviousFetch | None,
         progress: FetchProgress,
-        media_types: frozenset[str] | None,
+        as_page: bool,
         cap: BodyCap,
         requested: _Requested,
     ) -> FetchResponse:
@@ -287,7 +290,7 @@ class Fetcher:
             retry_after: float | None = None
             try:
                 response = await self._send(
-                    url, host=host, headers=headers, media_types=media_types, progress=progress, cap=cap
+                    url, host=host, headers=headers, as_page=as_page, progress=progress, cap=cap
                 )
             except (AddressError, HostBudgetError) as exc:
                 raise FetchFailed(str(exc)) from None
@@ -318,7 +321,7 @@ class Fetcher:
         *,
         host: str,
         headers: dict[str, str],
-        media_types: frozenset[str] | None,
+        as_page: bool,
         progress: FetchProgress,
         cap: BodyCap,
     ) -> FetchResponse:
@@ -338,11 +341,9 @@ class Fetcher:
                 await drain(response)
                 return FetchResponse(status=response.status_code, headers=response.headers)
             media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-            if media_types is not None and media_type not in media_types:
-                raise FetchFailed(
-                    f"unsupported content type {media_type or '(none declared)'!r}; "
-                    "only HTML, XHTML and plain text pages are crawled"
-                )
+            if as_page:
+                cap = page_cap(media_type, url=str(url), config=config)
+                progress.kind = page_kind(media_type)
             declared = response.headers.get("content-length", "")
             if not cap.cut and declared.isdigit() and int(declared) > cap.max_bytes:
                 raise FetchFailed(f"body larger than {cap.max_bytes} bytes ({declared} declared)")
@@ -356,12 +357,16 @@ class Fetcher:
                     body.add(decoder.finish())
             except DecodingError as exc:
                 raise FetchFailed(str(exc)) from None
+            data = bytes(body.data)
+            if as_page:
+                media_type = page_type(media_type, data, url=str(url))
+                progress.kind = page_kind(media_type)
             return FetchResponse(
                 status=response.status_code,
                 headers=response.headers,
                 media_type=media_type,
                 charset=response.charset_encoding,
-                body=bytes(body.data),
+                body=data,
                 raw_hash=body.digest.hexdigest(),
                 truncated=body.truncated,
             )
@@ -375,7 +380,7 @@ class Fetcher:
             url,
             previous=None,
             progress=FetchProgress(url),
-            media_types=None,
+            as_page=False,
             cap=BodyCap(ROBOTS_MAX_BYTES, cut=True),
             requested=_ROBOTS_TXT,
         )

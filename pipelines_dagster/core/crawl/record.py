@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, get_args
 
+from pipelines_dagster.core.crawl.extract.extracted import PAGE_KINDS, PageKind
 from pipelines_dagster.core.crawl.types import CrawlOutcome, CrawlStatus
 from pipelines_dagster.core.storage.blob import BlobStore
 
@@ -26,6 +27,7 @@ class StoredPage:
     metadata: dict[str, Any] = field(default_factory=dict)
     links: list[str] = field(default_factory=list)
     canonical: str | None = None
+    kind: PageKind | None = None
 
 
 class CrawlRecordError(ValueError):
@@ -60,6 +62,9 @@ class CrawlRecord:
     """This crawl read the page's text from the page as the browser rendered it, in `render_seconds` (an
     unchanged page is not rendered again: it carries the text its last rendering gave)."""
     render_seconds: float = 0.0
+    kind: PageKind | None = None
+    """What kind of page it was: html, text, pdf or docx; None when the crawl failed before it knew. A line
+    an older release wrote has none: it crawled only HTML, XHTML and plain text, and reads as html."""
 
     @property
     def succeeded(self) -> bool:
@@ -68,9 +73,12 @@ class CrawlRecord:
     @classmethod
     def of_outcome(cls, outcome: CrawlOutcome, *, previous: StoredPage | None = None) -> CrawlRecord:
         """The record of a crawled URL; `previous` is what an unchanged page carries forward."""
+        kind = outcome.kind
         if outcome.unchanged:
             kept = previous or StoredPage()
             content, metadata, links, canonical = kept.content, kept.metadata, kept.links, kept.canonical
+            # A 304 need not say what the page is: it is what it was.
+            kind = kind or kept.kind
         else:
             content, metadata = outcome.content, dict(outcome.metadata)
             links, canonical = list(outcome.links), outcome.canonical
@@ -94,6 +102,7 @@ class CrawlRecord:
             canonical=canonical,
             rendered=outcome.rendered,
             render_seconds=round(outcome.render_seconds, 3),
+            kind=kind,
         )
 
     def outcome(self) -> CrawlOutcome:
@@ -118,6 +127,7 @@ class CrawlRecord:
             canonical=self.canonical,
             rendered=self.rendered,
             render_seconds=self.render_seconds,
+            kind=self.kind,
         )
 
     @classmethod
@@ -129,6 +139,10 @@ class CrawlRecord:
         if status not in STATUSES:
             raise CrawlRecordError(f"crawl record of {url}: 'status' must be one of {sorted(STATUSES)}, got {status!r}")
         values = {name: line[name] for name in _OPTIONAL if line.get(name) is not None}
+        if "kind" not in line and status != "failed":
+            values["kind"] = "html"
+        elif values.get("kind") not in PAGE_KINDS:
+            values.pop("kind", None)  # a kind a later release added: not one this one can name
         return cls(url=url, status=status, **values)
 
 

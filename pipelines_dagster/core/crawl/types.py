@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
+from pipelines_dagster.core.crawl.extract.extracted import PageKind
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
 
 MiB = 1024 * 1024
@@ -26,7 +27,8 @@ class CrawlerConfig:
     timed-out attempt can still be retried. `max_retry_delay` caps both the exponential backoff
     and a server's Retry-After. A robots.txt Crawl-delay spaces the requests to its origin, up
     to `max_crawl_delay` seconds apart. `extract_workers` defaults to the number of usable cores;
-    `extract_timeout` bounds one page's extraction, after which its worker is replaced. A crawl that
+    `extract_timeout` bounds one page's extraction, after which its worker is replaced. HTML and text pages
+    are read to `max_body_bytes`, PDF and DOCX documents to `max_document_bytes`. A crawl that
     renders pages opens up to `render_pages` at once in the `chromium` browser, each within
     `render_timeout` seconds.
     """
@@ -37,6 +39,7 @@ class CrawlerConfig:
     connect_timeout: float = 10.0
     total_timeout: float = 30.0
     max_body_bytes: int = 5 * MiB
+    max_document_bytes: int = 50 * MiB
     max_attempts: int = 3
     backoff_base: float = 0.5
     backoff_factor: float = 2.0
@@ -56,6 +59,7 @@ class CrawlerConfig:
             "global_concurrency": 1,
             "per_host_concurrency": 1,
             "max_body_bytes": 1,
+            "max_document_bytes": 1,
             "max_attempts": 1,
             "max_redirects": 0,
             "backoff_base": 0,
@@ -96,6 +100,8 @@ class FetchProgress:
     previous: PreviousFetch | None = None
     """What the last crawl left of the page the requests are for: the URL's own, or (when a source
     stores pages under their final URL) a redirect target's."""
+    kind: PageKind | None = None
+    """What kind of page the body is, once its type is known."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,9 @@ class CrawlOutcome:
     rendered: bool = False
     """The text was extracted from the page as the browser rendered it (`render_seconds` long)."""
     render_seconds: float = 0.0
+    kind: PageKind | None = None
+    """What kind of page it is (html, text, pdf, docx); None when no body's type was known (an early
+    failure, or a 304 that did not say: the previous crawl's kind then holds)."""
 
 
 def distinct(urls: Iterable[str]) -> Iterator[str]:

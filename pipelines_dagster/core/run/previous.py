@@ -82,7 +82,10 @@ class PreviousCrawl:
                     raw_hash=record.raw_hash,
                     content_hash=record.content_hash,
                 )
-                yield record.url, orjson.dumps([record.content, record.metadata, record.links, record.canonical])
+                yield (
+                    record.url,
+                    orjson.dumps([record.content, record.metadata, record.links, record.canonical, record.kind]),
+                )
 
         self._spool = _Spool(successes(), prefix="previous-crawl-")
 
@@ -91,8 +94,8 @@ class PreviousCrawl:
         stored = self._spool.get(url)
         if stored is None:
             return None
-        content, metadata, links, canonical = orjson.loads(stored)
-        return StoredPage(content=content, metadata=metadata, links=links, canonical=canonical)
+        content, metadata, links, canonical, kind = orjson.loads(stored)
+        return StoredPage(content=content, metadata=metadata, links=links, canonical=canonical, kind=kind)
 
     def close(self) -> None:
         self._spool.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
+from pipelines_dagster.core.crawl.extract.extracted import DOCUMENT_KINDS, PageKind
 from pipelines_dagster.core.crawl.record import CrawlRecord
 from pipelines_dagster.core.crawl.throttle import Limit, describe_limits
 
@@ -51,11 +53,19 @@ class CrawlReport:
     """Pages whose text this crawl read from the page as the browser rendered it."""
     render_seconds: float = 0.0
     """The time those pages took to render, summed (pages render side by side, so it may pass the crawl's)."""
+    kinds: Counter[PageKind] = field(default_factory=Counter)
+    """Pages by kind (html, text, pdf, docx), whatever their status; a page that failed before its type was known
+    has none and is not counted."""
+    documents_failed: int = 0
+    """PDF and DOCX pages that failed or had no text."""
 
     def count(self, record: CrawlRecord) -> None:
         self.attempted += 1
         self.rendered += record.rendered
         self.render_seconds += record.render_seconds
+        if record.kind is not None:
+            self.kinds[record.kind] += 1
+            self.documents_failed += record.kind in DOCUMENT_KINDS and not record.succeeded
         if record.succeeded:
             self.succeeded += 1
             self.unchanged += record.unchanged
@@ -77,9 +87,18 @@ class CrawlReport:
         """The crawl in one sentence: its counts, its rate and what limited it."""
         return (
             f"{self.attempted} attempted, {self.succeeded} succeeded, {self.empty} empty, {self.failed} failed in "
-            f"{self.crawl_seconds:.1f} s of crawling ({self.pages_per_second:.1f} pages/s); {self._rendering()}"
+            f"{self.crawl_seconds:.1f} s of crawling ({self.pages_per_second:.1f} pages/s); {self._documents()}"
+            f"{self._rendering()}"
             f"{_limited_by(self.limits)}"
         )
+
+    def _documents(self) -> str:
+        counts = [f"{self.kinds[kind]} {kind.upper()}" for kind in sorted(DOCUMENT_KINDS) if self.kinds[kind]]
+        if not counts:
+            return ""
+        total = sum(self.kinds[kind] for kind in DOCUMENT_KINDS)
+        failed = f", {self.documents_failed} of them failed" if self.documents_failed else ""
+        return f"{total} {'document' if total == 1 else 'documents'} ({', '.join(counts)}){failed}; "
 
     def _rendering(self) -> str:
         if not self.rendered:

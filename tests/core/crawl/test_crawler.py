@@ -230,7 +230,7 @@ def test_redirects_are_followed_up_to_the_limit(web: WebServer, crawler: Crawler
     assert outcomes["old"].final_url == web.url("/new") and outcomes["old"].metadata["title"] == "Moved"
 
 
-def test_only_html_xhtml_and_plain_text_are_accepted(web: WebServer, crawler: Crawler) -> None:
+def test_types_that_are_neither_pages_nor_documents_are_refused(web: WebServer, crawler: Crawler) -> None:
     web.route("/logo.png", Reply(body=b"\x89PNG\r\n\x1a\n" + b"\0" * 64, content_type="image/png"))
     web.route("/untyped", Reply(body=b"??", content_type=None))
     web.route("/page.xhtml", Reply(body=html_document("XHTML", ARTICLE), content_type="application/xhtml+xml"))

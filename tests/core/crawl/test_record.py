@@ -56,8 +56,24 @@ def test_an_unchanged_page_carries_the_previous_content_and_a_changed_one_its_ow
 
 def test_a_line_written_by_an_older_release_reads_with_defaults_and_ignores_unknown_keys():
     record = CrawlRecord.read({"url": "https://a.example/x", "status": "empty", "content": None, "legacy": 1})
-    assert record == CrawlRecord(url="https://a.example/x", status="empty")
+    # Older releases crawled HTML, XHTML and plain text alone and wrote no kind: such a page reads as HTML.
+    assert record == CrawlRecord(url="https://a.example/x", status="empty", kind="html")
     assert not record.succeeded and record.content == "" and record.metadata == {}
+    assert CrawlRecord.read({"url": "https://a.example/x", "status": "failed"}).kind is None
+
+
+@pytest.mark.parametrize(("stored", "read"), [("pdf", "pdf"), ("docx", "docx"), (None, None), ("xlsx", None)])
+def test_a_record_says_what_kind_of_page_it_was(stored, read):
+    line = orjson.loads(orjson.dumps(CrawlRecord(url="https://a.example/m.pdf", status="success", kind=stored)))
+    assert CrawlRecord.read(line).kind == read
+
+
+def test_an_unchanged_page_keeps_its_kind_when_its_304_does_not_say_it():
+    kept = StoredPage(content="manual text", kind="pdf")
+    assert CrawlRecord.of_outcome(outcome("https://a.example/m.pdf", unchanged=True), previous=kept).kind == "pdf"
+    said = outcome("https://a.example/m.pdf", unchanged=True, kind="docx")
+    assert CrawlRecord.of_outcome(said, previous=kept).kind == "docx"
+    assert CrawlRecord.of_outcome(outcome("https://a.example/p", kind="html")).outcome().kind == "html"
 
 
 @pytest.mark.parametrize(

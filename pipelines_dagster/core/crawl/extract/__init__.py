@@ -1,1 +1,1 @@
-"""What runs in the extraction worker processes (page to markdown, links), and the pool that feeds them."""
+"""What runs in the extraction worker processes (pages and documents to markdown, links), and the pool feeding them."""

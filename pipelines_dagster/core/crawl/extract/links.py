@@ -2,7 +2,8 @@
 
 Followed: `<a href>` and `<area href>`, resolved against `<base href>` when the page has one.
 Not followed: links marked `rel=nofollow`, every link of a page whose robots meta tag says
-`nofollow` (or `none`), `download` links (files, not pages), and anything but http(s). The
+`nofollow` (or `none`), `download` links (files, not pages) unless they name a document the crawl reads
+(`.pdf`, `.docx`), and anything but http(s). The
 nofollow hints are honoured as the site's word on where crawlers need not go (login and logout
 links, sort and filter variants, calendars): the traps a crawl bounded by max pages should not
 spend its budget on. At most MAX_LINKS_PER_PAGE are taken from a page, the first in document order.
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipelines_dagster.core.crawl.extract.extracted import named_document
 from pipelines_dagster.core.crawl.urls import absolute_url
 
 if TYPE_CHECKING:
@@ -60,7 +62,9 @@ def page_links(tree: HtmlElement, *, page_url: str) -> PageLinks:
         href = anchor.get("href")
         if href is None or href in resolved:
             continue
-        if anchor.get("download") is not None or "nofollow" in _tokens(anchor.get("rel")):
+        if "nofollow" in _tokens(anchor.get("rel")):
+            continue
+        if anchor.get("download") is not None and named_document(href) is None:
             continue
         resolved.add(href)
         if (url := absolute_url(href, base=base)) is not None:

@@ -1,4 +1,5 @@
-"""Turns a fetched body into text: charset decoding, then trafilatura markdown and metadata for HTML.
+"""Turns a fetched body into text: charset decoding, then trafilatura markdown and metadata for HTML; a PDF's
+or a Word document's markdown from its own parser.
 
 It runs in worker processes, so it takes and returns plain picklable values.
 """
@@ -16,7 +17,7 @@ import trafilatura
 from lxml.html import HtmlElement
 
 from pipelines_dagster.app_db.text import storable
-from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, Extracted
+from pipelines_dagster.core.crawl.extract.extracted import DOCUMENT_TYPES, HTML_TYPES, PDF, Extracted
 from pipelines_dagster.core.crawl.extract.links import MAX_LINKS_PER_PAGE, PageLinks, page_links
 
 METADATA_FIELDS = ("title", "description", "author", "date", "language")
@@ -29,8 +30,11 @@ _BLANK_RUN = re.compile(r"\n{3,}")
 
 
 def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str, links: bool = False) -> Extracted:
-    """Text and metadata of a body of `media_type` (HTML, XHTML or plain text) fetched from `url`;
-    with `links`, also the page's links and canonical URL, from the same parse."""
+    """Text and metadata of a body of `media_type` (HTML, XHTML, plain text, PDF or DOCX) fetched from `url`;
+    with `links`, also an HTML page's links and canonical URL, from the same parse. A document that cannot
+    be read raises DocumentError saying why."""
+    if media_type in DOCUMENT_TYPES:
+        return _document(body, media_type=media_type)
     # Stored text from the start: the content hashed and compared with the last crawl is then the
     # text the databases keep, so a page differing only by NUL bytes is the same page.
     text = storable(decode_body(body, charset=charset, html=media_type in HTML_TYPES))
@@ -50,6 +54,17 @@ def extract_page(body: bytes, *, media_type: str, charset: str | None, url: str,
     markdown = trafilatura.extract(tree, url=url, output_format="markdown", include_tables=True)
     extracted = _extracted(markdown or "", metadata)
     return replace(extracted, links=tuple(found_links.links), canonical=found_links.canonical)
+
+
+def _document(body: bytes, *, media_type: str) -> Extracted:
+    # Imported at the first document, not as a worker starts: most crawls have none, and every crawl's first
+    # page waits for its worker's start.
+    if media_type == PDF:
+        from pipelines_dagster.core.crawl.extract.pdf import pdf_markdown as parse
+    else:
+        from pipelines_dagster.core.crawl.extract.docx import docx_markdown as parse
+    markdown, metadata = parse(body)
+    return _extracted(storable(markdown), {name: metadata.get(name) for name in METADATA_FIELDS})
 
 
 def _drop_links_past_cap(tree: HtmlElement) -> None:

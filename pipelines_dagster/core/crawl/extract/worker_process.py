@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import select
 import signal
 import struct
@@ -21,6 +22,7 @@ import sys
 import threading
 from typing import Any, BinaryIO
 
+from pipelines_dagster.core.crawl.extract.extracted import DocumentError
 from pipelines_dagster.core.crawl.extract.slots import wanted
 
 LENGTHS = struct.Struct(">II")
@@ -28,6 +30,11 @@ LENGTHS = struct.Struct(">II")
 # slot. A parent's death closes the request pipe, which wakes the worker at once, unless a process the
 # parent forked still holds it open.
 _PARENT_CHECK_SECONDS = 0.1
+# The address space a worker may map. An idle worker maps ~165 MiB, one that extracted an 8 MB HTML page ~255 MiB
+# at its peak (measured 2026-12-06); a 50 MiB document adds its copies and pypdf's streams (each inflated to 75 MB
+# at most by pypdf's own limit). A hostile file that needs more gets a MemoryError (its URL fails, saying so), or
+# at worst kills its worker, which is replaced: not the machine's memory, shared by every worker and run.
+ADDRESS_SPACE_BYTES = 2 * 1024**3
 
 
 def frame(header: dict[str, Any], body: bytes) -> bytes:
@@ -92,6 +99,8 @@ def serve(requests: BinaryIO, replies: BinaryIO, parking: _Parking) -> None:
                 url=header["url"],
                 links=header.get("links", False),
             )
+        except DocumentError as exc:  # a document that cannot be read says why, in words
+            reply = frame({"error": str(exc)}, b"")
         except Exception as exc:  # reported for this page; the worker serves the next one
             reply = frame({"error": f"text extraction failed: {exc!r}"}, b"")
         else:
@@ -122,10 +131,17 @@ def _exit_when_orphaned(requests: int, parking: _Parking) -> None:
     os._exit(0)
 
 
+def limit_address_space(limit: int = ADDRESS_SPACE_BYTES) -> None:
+    """Cap this process's address space at `limit` (or the hard limit already set, if lower)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
 def main(demand: int = -1) -> None:
     # The parent stops a worker by closing its stdin; an interrupt of the whole process group
     # (Ctrl-C on a run) is the parent's to handle.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit_address_space()
     parking = _Parking(demand if demand >= 0 else None)
     watch = threading.Thread(
         target=_exit_when_orphaned, args=(sys.stdin.fileno(), parking), name="parent-watch", daemon=True

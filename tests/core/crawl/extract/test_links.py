@@ -1,5 +1,5 @@
 """A page's links for a site crawl: resolution (relative, <base href>), fragments, canonical,
-schemes, and the links not followed (nofollow, download)."""
+schemes, and the links not followed (nofollow, download links to files the crawl does not read)."""
 
 from __future__ import annotations
 
@@ -93,12 +93,17 @@ def test_links_are_de_duplicated_in_document_order_and_area_links_count():
     ]
 
 
-def test_nofollow_and_download_links_are_not_followed():
+def test_nofollow_links_and_download_links_to_files_the_crawl_does_not_read_are_not_followed():
     html = body(
-        '<a href="/logout" rel="NoFollow noopener">out</a><a href="/report.pdf" download>pdf</a>'
-        '<a href="/kept" rel="noopener">kept</a>'
+        '<a href="/logout" rel="NoFollow noopener">out</a><a href="/site.zip" download>zip</a>'
+        '<a href="/kept" rel="noopener">kept</a><a href="/Report.PDF" download>pdf</a>'
+        '<a href="/spec.docx?v=2" download="spec.docx">docx</a><a href="/manual.pdf" rel="nofollow" download>no</a>'
     )
-    assert links(html).links == ["https://www.example.com/kept"]
+    assert links(html).links == [
+        "https://www.example.com/kept",
+        "https://www.example.com/Report.PDF",
+        "https://www.example.com/spec.docx?v=2",
+    ]
 
 
 @pytest.mark.parametrize("content", ["noindex, nofollow", "NOFOLLOW", "none"])

@@ -47,7 +47,7 @@ def _reachable(url: str, default_port: int) -> str | None:
         return str(exc)
 
 
-# The longest test files and about how many seconds each takes under CI (3 workers on 2 cores; estimated from CI's
+# The longest test files and about how many seconds each takes under CI (4 workers on 2 cores; estimated from CI's
 # slowest tests, rounded). `--dist loadfile` runs a file whole on one worker, so these are handed out first: a
 # worker left running a minutes-long file alone at the end lengthens the suite. A file not named here takes less
 # than the last one named; a new minutes-long file belongs here.
@@ -60,7 +60,8 @@ SLOWEST_FILES = {
     "tests/assets/test_credit_holds.py": 100,
     "tests/test_e2e_progress.py": 80,
     "tests/core/crawl/render/test_browser.py": 70,
-    "tests/api/test_openapi.py": 60,
+    "tests/assets/test_crawl_health.py": 150,
+    "tests/api/test_openapi.py": 100,
     "tests/assets/test_lock_loss.py": 60,
     "tests/assets/test_rendering.py": 45,
     "tests/core/crawl/render/test_crawl_rendering.py": 40,

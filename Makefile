@@ -91,7 +91,7 @@ lint: install-dev
 
 # Test files run on PYTEST_WORKERS processes (each file on one, so a file's deployment is started
 # once); most of a test's time is spent waiting on a real service, so more workers than cores pays.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 test: install
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 

@@ -47,7 +47,7 @@ def _reachable(url: str, default_port: int) -> str | None:
         return str(exc)
 
 
-# The longest test files and about how many seconds each takes under CI (4 workers on 2 cores; estimated from CI's
+# The longest test files and about how many seconds each takes under CI (3 workers on 2 cores; estimated from CI's
 # slowest tests, rounded). `--dist loadfile` runs a file whole on one worker, so these are handed out first: a
 # worker left running a minutes-long file alone at the end lengthens the suite. A file not named here takes less
 # than the last one named; a new minutes-long file belongs here.

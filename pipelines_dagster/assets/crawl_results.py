@@ -197,8 +197,9 @@ def _load(
         pipeline = session.get(Pipeline, pipeline_id)
         if pipeline is not None and tag is not None:
             tag(pipeline)
-        # The plan's own lookup of the row finds it in the session: no second read.
-        plan = plan_run(session, pipeline_id)
+        # The plan's own lookup of the row finds it in the session: no second read. The connector's credentials
+        # are opened here, in the process that crawls, and live in its memory only.
+        plan = plan_run(session, pipeline_id, keyring=app_db.keyring())
     assert pipeline is not None
     return pipeline, plan
 

@@ -45,6 +45,8 @@ class Stack:
     locks: LocksResource
     billing_enabled: bool = False
     micros_per_crawl: int = 1000
+    secrets_from_env: bool = False
+    """The app database resource opens connector credentials with PIPELINES_SECRETS_KEY, as a deployment's does."""
     crawler: CrawlerResource = field(
         default_factory=lambda: CrawlerResource(
             network=NetworkAccess(allowed_networks=["127.0.0.1/32"]), max_attempts=2, total_timeout=5, connect_timeout=2
@@ -64,7 +66,9 @@ class Stack:
         return self.blob_store.store()
 
     def resources(self) -> dict[str, Any]:
-        app_db = AppDatabaseResource(url=self.url)
+        app_db = AppDatabaseResource(
+            url=self.url, secrets_key=dg.EnvVar("PIPELINES_SECRETS_KEY") if self.secrets_from_env else None
+        )
         return {
             "app_db": app_db,
             "blob_store": self.blob_store,

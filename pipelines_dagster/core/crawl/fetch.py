@@ -19,7 +19,8 @@ from pipelines_dagster.core.crawl.body import Body, BodyCap, BodyDecoder, Decodi
 from pipelines_dagster.core.crawl.extract.extracted import HTML_TYPES, PLAIN_TEXT, Extracted
 from pipelines_dagster.core.crawl.headers import conditional_headers, retry_after_seconds
 from pipelines_dagster.core.crawl.host_budget import HostBudget, HostBudgetError
-from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsRules
+from pipelines_dagster.core.crawl.requested import PAGE, ROBOTS_TXT, SUBRESOURCE, Requested
+from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, RobotsRules
 from pipelines_dagster.core.crawl.slots import HostSlots
 from pipelines_dagster.core.crawl.throttle import RequestWaits
 from pipelines_dagster.core.crawl.types import (
@@ -41,28 +42,6 @@ PAGE_TYPES = HTML_TYPES | {PLAIN_TEXT}
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Headers that describe the body as it came over the wire; a subresource's body is handed on decoded.
 _WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
-
-
-@dataclass(frozen=True)
-class _Requested:
-    """What a fetch is for, and so which rules its hops follow beyond the address guard and host slots."""
-
-    page: bool
-    """A crawled page: robots.txt is obeyed, redirects stay in the crawl's scope, and a redirect's
-    target is requested conditionally on what the last crawl stored there."""
-    max_redirects: int | None = None
-    """None: the crawl's max_redirects."""
-    max_attempts: int | None = None
-    """None: the crawl's max_attempts."""
-    accept: str | None = None
-    """None: the client's Accept header, the one for pages."""
-
-
-_PAGE = _Requested(page=True)
-# RFC 9309: robots.txt itself is not subject to robots.txt, and its redirects are followed wherever they lead.
-_ROBOTS_TXT = _Requested(page=False, max_redirects=ROBOTS_MAX_REDIRECTS)
-# A browser does not retry a subresource, and a page's render budget has no room for backoff.
-_SUBRESOURCE = _Requested(page=False, max_attempts=1, accept="*/*")
 
 
 @dataclass(frozen=True)
@@ -202,7 +181,7 @@ class Fetcher:
         """
         try:
             response = await self._fetch(
-                url, previous=None, progress=FetchProgress(final_url=url), media_types=None, requested=_SUBRESOURCE
+                url, previous=None, progress=FetchProgress(final_url=url), media_types=None, requested=SUBRESOURCE
             )
         except FetchFailed as exc:
             return str(exc)
@@ -217,7 +196,7 @@ class Fetcher:
         progress: FetchProgress,
         media_types: frozenset[str] | None,
         cap: BodyCap | None = None,
-        requested: _Requested = _PAGE,
+        requested: Requested = PAGE,
     ) -> FetchResponse:
         """The final response for `url`, following redirects ourselves so every hop is checked."""
         current = _checked_url(url)
@@ -272,7 +251,7 @@ class Fetcher:
         progress: FetchProgress,
         media_types: frozenset[str] | None,
         cap: BodyCap,
-        requested: _Requested,
+        requested: Requested,
     ) -> FetchResponse:
         """One hop's response, retrying 429, 5xx, timeouts and connection errors with backoff."""
         config = self._config
@@ -377,7 +356,7 @@ class Fetcher:
             progress=FetchProgress(url),
             media_types=None,
             cap=BodyCap(ROBOTS_MAX_BYTES, cut=True),
-            requested=_ROBOTS_TXT,
+            requested=ROBOTS_TXT,
         )
         return response.status, response.body
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,12 +16,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import session_factory, transaction
-from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage
+from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage, Workspace
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.connectors import ConnectorChanges, create_connector, update_connector
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.crawl.site.config import SiteConfig
+from pipelines_dagster.core.security.keyring import Keyring
 from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -156,6 +159,19 @@ class Stack:
             raise_on_error=False,
         )
 
+    def change_connector(self, pipeline_id: int, changes: ConnectorChanges, *, keyring: Keyring | None = None) -> None:
+        """Change the connector a pipeline crawls, as the API does (new credentials sealed under `keyring`)."""
+        with transaction(self.sessions) as session:
+            pipeline = session.get_one(Pipeline, pipeline_id)
+            assert pipeline.connector_id is not None
+            update_connector(
+                session,
+                workspace_id=pipeline.workspace_id,
+                connector_id=pipeline.connector_id,
+                changes=changes,
+                keyring=keyring,
+            )
+
     def documents(self, workspace_id: int) -> list[Document]:
         with self.sessions() as session:
             return list(
@@ -179,6 +195,23 @@ class Stack:
                 .where(TokenUsage.workspace_id == workspace_id, TokenUsage.usage_type == "web_crawl")
             )
             return ledger, usage
+
+
+@contextmanager
+def subscriptions(stack: Stack, events: list[str]) -> Iterator[Callable[[int], None]]:
+    """Subscribe workspaces to `events` on the stack's /hook; each is deleted afterwards, with its deliveries, since
+    a sender sends whatever is due in the database and the PostgreSQL one outlives the test."""
+    from tests.notifications.conftest import endpoint
+
+    subscribed: list[int] = []
+
+    def to(workspace_id: int) -> None:
+        endpoint(stack.sessions, workspace_id, stack.web.url("/hook"), events=events)
+        subscribed.append(workspace_id)
+
+    yield to
+    with transaction(stack.sessions) as session:
+        session.execute(sa.delete(Workspace).where(Workspace.id.in_(subscribed)))
 
 
 def rebuilt_resources(portable: dict[str, tuple[type, dict[str, Any]]]) -> dict[str, Any]:

@@ -8,24 +8,21 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import Pipeline
-from pipelines_dagster.core.catalog.connectors import ConnectorChanges, update_connector
+from pipelines_dagster.core.catalog.connectors import ConnectorChanges
 from pipelines_dagster.core.crawl.credentials import Credentials
 from pipelines_dagster.core.security.keyring import new_key, write_key_file
 from pipelines_dagster.runs import run_tags
 from pipelines_dagster.settings import load_settings
 from tests.api.conftest import client_for, tenants_of  # noqa: F401  (fixture)
-from tests.assets.conftest import Stack, code_location_job, materialization
+from tests.assets.conftest import Stack, code_location_job, materialization, subscriptions
 from tests.assets.test_crawl_health import run_pipeline
-from tests.notifications.conftest import endpoint
 from tests.notifications.test_events import RunEndSensors, send_due
 from tests.support.web import Reply, Request, page
 
@@ -44,6 +41,13 @@ def keyed(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     monkeypatch.setenv("PIPELINES_SECRETS_KEY", new_key())
     stack.secrets_from_env = True
     return stack
+
+
+@pytest.fixture
+def subscribe(stack: Stack) -> Iterator[Callable[[int], None]]:
+    """Subscribe a workspace to run.succeeded and pages.changed (deleted afterwards, with its deliveries)."""
+    with subscriptions(stack, ["run.succeeded", "pages.changed"]) as to:
+        yield to
 
 
 def behind_a_login(stack: Stack, prefix: str, credential: str, expected: str) -> list[str]:
@@ -65,16 +69,7 @@ def behind_a_login(stack: Stack, prefix: str, credential: str, expected: str) ->
 def pipeline_with(stack: Stack, urls: list[str], credentials: Credentials) -> tuple[int, int]:
     """A pipeline over a connector of `urls` given `credentials` as the API gives them."""
     workspace_id, pipeline_id = stack.pipeline(urls)
-    with transaction(stack.sessions) as session:
-        connector_id = session.get_one(Pipeline, pipeline_id).connector_id
-        assert connector_id is not None
-        update_connector(
-            session,
-            workspace_id=workspace_id,
-            connector_id=connector_id,
-            changes=ConnectorChanges(credentials=credentials),
-            keyring=load_settings().keyring(),
-        )
+    stack.change_connector(pipeline_id, ConnectorChanges(credentials=credentials), keyring=load_settings().keyring())
     return workspace_id, pipeline_id
 
 
@@ -98,7 +93,12 @@ def app_database(stack: Stack) -> Iterator[tuple[str, bytes]]:
 
 
 def test_a_run_with_credentials_crawls_the_site_and_leaves_them_nowhere(
-    keyed: Stack, client_for, tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+    keyed: Stack,
+    subscribe: Callable[[int], None],
+    client_for,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
 ):
     stack = keyed
     caplog.set_level(logging.DEBUG)
@@ -112,7 +112,7 @@ def test_a_run_with_credentials_crawls_the_site_and_leaves_them_nowhere(
     }
     workspaces = {name: workspace_id for name, (workspace_id, _) in runs.items()}
     for workspace_id in workspaces.values():
-        endpoint(stack.sessions, workspace_id, stack.web.url("/hook"), events=["run.succeeded", "pages.changed"])
+        subscribe(workspace_id)
     sensors = RunEndSensors(stack)
 
     run_ids: list[str] = []

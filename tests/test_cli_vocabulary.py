@@ -52,6 +52,7 @@ CLI_ONLY = {
     "--default-queue": "worker_queue: null",
     "--default-render": "render: null",
     "--no-auth": "auth: null",
+    "--default-user-agent": "user_agent: null",
 }
 
 

@@ -1,9 +1,10 @@
 """`/workspaces/{workspace_id}/connectors`: create, list, read, change and delete a workspace's connectors.
 
 A web connector crawls a list of URLs, or discovers a site (`site`: start URLs, sitemaps and
-same-site links within its bounds); `render` says which of its pages a headless browser renders, and `auth`
-gives the credentials of a site behind a login, which no route shows again. Each write is one transaction: input
-that fails any check, named by its field, leaves nothing behind.
+same-site links within its bounds); `render` says which of its pages a headless browser renders, `auth` gives the
+credentials of a site behind a login, which no route shows again, `user_agent` what its crawls call themselves and
+`robots` whether they obey robots.txt. Each write is one transaction: input that fails any check, named by its
+field, leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def create_connector(workspace_id: WorkspaceId, body: ConnectorCreate, api: Api)
             render=body.render,
             credentials=body.auth.credentials() if body.auth is not None else None,
             keyring=api.keyring,
+            user_agent=body.user_agent,
+            robots=body.robots,
         )
         return _read(session, connector)
 
@@ -107,14 +110,21 @@ def update_connector(
 ) -> ConnectorOut:
     """Change the fields given, leave the rest: `urls` make it a list crawl, `site` a site crawl (the site as a
     whole), `render` null gives back the crawl mode's default, `auth` replaces the credentials as a whole (null
-    clears them). A change that would send the credentials it keeps to a new host is refused. Its pipelines crawl
-    what it says from their next run on."""
+    clears them), `user_agent` and `robots` null give back the crawler's user agent and obeying robots.txt. A
+    change that would send the credentials it keeps to a new host is refused. Its pipelines crawl what it says
+    from their next run on."""
     if body.mode == "list" and body.urls is None:
         raise InvalidInputError("urls", "a list crawl needs its URLs: give urls with mode list")
     site = _site(body, api) if body.model_fields_set & {"mode", "site"} else None
-    render = body.render if "render" in body.model_fields_set else KEEP
+    given = body.model_fields_set
     changes = connectors.ConnectorChanges(
-        name=body.name, urls=body.urls, site=site, render=render, credentials=_credentials(body)
+        name=body.name,
+        urls=body.urls,
+        site=site,
+        render=body.render if "render" in given else KEEP,
+        credentials=_credentials(body),
+        user_agent=body.user_agent if "user_agent" in given else KEEP,
+        robots=body.robots if "robots" in given else KEEP,
     )
     with transaction(api.sessions) as session:
         connector = connectors.update_connector(
@@ -130,7 +140,13 @@ def replace_connector(
     """Set the connector to the body as a whole: a field left out takes its default, as on creation. Its type,
     its own periodic indexing and, unless `auth` is given (null clears them), its credentials stay as they were."""
     changes = connectors.ConnectorChanges(
-        name=body.name, urls=body.urls, site=_site(body, api), render=body.render, credentials=_credentials(body)
+        name=body.name,
+        urls=body.urls,
+        site=_site(body, api),
+        render=body.render,
+        credentials=_credentials(body),
+        user_agent=body.user_agent,
+        robots=body.robots,
     )
     with transaction(api.sessions) as session:
         connector = connectors.update_connector(

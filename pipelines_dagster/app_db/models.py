@@ -171,6 +171,9 @@ class Workspace(Base):
     name: Mapped[str] = mapped_column(StorableString(200))
     owner_user_id: Mapped[str] = mapped_column(sa.String(200), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The hosts an operator declared the workspace owns (normalized names): its connectors may ignore robots.txt
+    # there, and nowhere else.
+    owned_hosts: Mapped[list[str]] = mapped_column(sa.JSON, default=list, server_default="[]")
 
 
 class ApiToken(Base):

@@ -258,9 +258,11 @@ def crawl_partition(
     # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
         config = crawler.crawler.config
+        user_agent = plan.user_agent or config.user_agent
         log.info(
             f"{named(pipeline)}: crawl started (attempt {attempt}): {plan.scope()}, {config.per_host_concurrency} "
-            f"requests per host and {config.global_concurrency} in all at a time{_rendering(plan)}"
+            f"requests per host and {config.global_concurrency} in all at a time{_rendering(plan)}; as "
+            f"{user_agent!r}, {_robots(plan, obeyed=config.obey_robots)}"
         )
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
@@ -332,6 +334,9 @@ def crawl_partition(
             render=plan.render.value,
             pages_rendered=report.rendered if plan.render is not RenderMode.NEVER else None,
             render_seconds=round(report.render_seconds, 3) if plan.render is not RenderMode.NEVER else None,
+            user_agent=user_agent,
+            robots="ignore" if plan.robots_waived or not config.obey_robots else "obey",
+            robots_ignored_on=", ".join(sorted(plan.robots_waived)) or None,
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = _failed_urls_table(report)
@@ -432,6 +437,15 @@ def crawl_results(
             "for this partition to build it from the stored crawl, without crawling again",
             allow_retries=False,
         )
+
+
+def _robots(plan: RunPlan, *, obeyed: bool) -> str:
+    """What the start line says of robots.txt: obeyed, or where (and why) it is not read."""
+    if not obeyed:
+        return "ignoring robots.txt everywhere (the deployment's crawler does)"
+    if plan.robots_waived:
+        return f"ignoring robots.txt on {', '.join(sorted(plan.robots_waived))} (hosts the workspace owns)"
+    return "obeying robots.txt"
 
 
 def _rendering(plan: RunPlan) -> str:

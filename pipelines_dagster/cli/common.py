@@ -44,6 +44,7 @@ OPTION_OF_FIELD = {
     "auth.bearer": "auth_bearer",
     "auth.headers": "header",
     "auth.cookies": "cookie",
+    "owned_hosts": "owned_host",
 }
 
 

@@ -62,7 +62,9 @@ def describe(shown: ConnectorOut) -> str:
     else:
         what = "-"
     indexing = ", own periodic indexing" if shown.periodic_indexing_enabled else ""
-    return f"{shown.id}\t{shown.name}\t{shown.type}\t{what}{_credentials(shown)}{indexing}"
+    manners = f", user agent {shown.user_agent!r}" if shown.user_agent else ""
+    manners += ", ignoring robots.txt on its owned hosts" if shown.robots == "ignore" else ""
+    return f"{shown.id}\t{shown.name}\t{shown.type}\t{what}{manners}{_credentials(shown)}{indexing}"
 
 
 def _credentials(shown: ConnectorOut) -> str:
@@ -101,6 +103,8 @@ def connector_create(
     index_every_minutes: int | None,
     mode: str | None,
     render: str | None,
+    user_agent: str | None,
+    robots: str | None,
     auth_basic: str | None,
     auth_bearer: str | None,
     headers: tuple[str, ...],
@@ -129,6 +133,8 @@ def connector_create(
             render=render,
             credentials=credentials,
             keyring=settings.keyring(),
+            user_agent=user_agent,
+            robots=robots,
         )
         shown = read_connector(session, created)
     what = f"a site crawl of {', '.join(site.start_urls)}" if site else f"{len(shown.urls or [])} URLs"
@@ -164,6 +170,7 @@ def connector_show(workspace_id: int, connector_id: int, as_json: bool) -> None:
 @connector_ref
 @crawl_options
 @click.option("--default-render", is_flag=True, help="Render as the crawl mode's default again, and follow it.")
+@click.option("--default-user-agent", is_flag=True, help="Send the crawler's user agent again.")
 @auth_options
 @click.option("--no-auth", is_flag=True, help="Clear its credentials.")
 @json_option
@@ -177,6 +184,9 @@ def connector_update(
     mode: str | None,
     render: str | None,
     default_render: bool,
+    user_agent: str | None,
+    default_user_agent: bool,
+    robots: str | None,
     auth_basic: str | None,
     auth_bearer: str | None,
     headers: tuple[str, ...],
@@ -191,6 +201,7 @@ def connector_update(
     its credentials as a whole (--no-auth clears them), and a change that would send those it keeps to a new host
     is refused. Its pipelines crawl what it says from their next run on."""
     refuse_both("default_render", default_render, render is not None, "--render")
+    refuse_both("default_user_agent", default_user_agent, user_agent is not None, "--user-agent")
     credentials = credentials_of(auth_basic, auth_bearer, headers, cookies)
     refuse_both("no_auth", no_auth, credentials is not None, "--auth-basic, --auth-bearer, --header, --cookie")
     settings = load_settings()
@@ -204,6 +215,8 @@ def connector_update(
         site=site,
         render=render_change,
         credentials=None if no_auth else credentials or KEEP,
+        user_agent=None if default_user_agent else keep(user_agent),
+        robots=keep(robots),
     )
     with transaction(open_sessions(settings)) as session:
         updated = update_connector(

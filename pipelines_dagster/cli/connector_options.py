@@ -1,5 +1,6 @@
-"""The options that say what a web connector crawls (a list of URLs, or a site and its bounds, and which pages are
-rendered) and the credentials it sends to its own hosts, which `connector create` and `connector update` share."""
+"""The options that say what a web connector crawls (a list of URLs, or a site and its bounds, which pages are
+rendered, the user agent it sends and whether it obeys robots.txt) and the credentials it sends to its own hosts,
+which `connector create` and `connector update` share."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 
 from pipelines_dagster.cli.common import RenamedOption
 from pipelines_dagster.core.crawl.credentials import Credentials
+from pipelines_dagster.core.crawl.etiquette import RobotsMode
 from pipelines_dagster.core.crawl.render.rule import RenderMode
 from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
@@ -74,6 +76,18 @@ def crawl_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 default=None,
                 help="Which pages a headless browser renders: never, auto (pages whose plain fetch extracts thin "
                 "text) or always. Default: the crawl mode's, never for a list and auto for a site.",
+            ),
+            click.option(
+                "--user-agent",
+                default=None,
+                help="The User-Agent its crawls send and read robots.txt as [the crawler's].",
+            ),
+            click.option(
+                "--robots",
+                type=click.Choice([mode.value for mode in RobotsMode]),
+                default=None,
+                help="obey (default) or ignore robots.txt: ignore only when every host of the connector is one its "
+                "workspace owns (`workspace update --owned-host`).",
             ),
         ]
     ):

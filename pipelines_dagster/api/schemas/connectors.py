@@ -1,6 +1,6 @@
 """A connector's bodies: a list crawl's URLs or a site crawl's start URLs and bounds, which pages are rendered,
-and the credentials of a site behind a login (written, never shown: only their kinds and names are), created and
-shown."""
+the credentials of a site behind a login (written, never shown: only their kinds and names are), the user agent
+its crawls send and whether they obey robots.txt, created and shown."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.core.catalog.connector_credentials import shown_credentials
 from pipelines_dagster.core.catalog.connectors import initial_urls
 from pipelines_dagster.core.crawl.credentials import MAX_COOKIES, MAX_HEADERS, MAX_VALUE_LENGTH, Credentials
+from pipelines_dagster.core.crawl.etiquette import MAX_USER_AGENT_LENGTH, RobotsMode, robots_of, user_agent_of
 from pipelines_dagster.core.crawl.render.rule import RENDER_KEY, RenderMode, render_mode
 from pipelines_dagster.core.crawl.site.config import (
     DEFAULT_MAX_DEPTH,
@@ -111,6 +112,13 @@ class AuthOut(BaseModel):
     cookies: list[str] = Field(description="The names of its cookies.")
 
 
+USER_AGENT_IN = "The User-Agent its crawls send and read robots.txt as; null or left out: the crawler's."
+ROBOTS_IN = (
+    "obey (the default) or ignore robots.txt: ignore is taken only when every host of the connector is one its "
+    "workspace owns (an operator declares them), and applies to those hosts alone. Null or left out: obey."
+)
+
+
 RENDER_IN = (
     "Which pages a headless browser renders: never, auto (a page whose plain fetch extracts thin text for its "
     "HTML) or always. Null or left out: the crawl mode's default (never for a list, auto for a site), which "
@@ -128,6 +136,8 @@ class ConnectorReplace(RequestBody):
     site: SiteIn | None = None
     render: RenderMode | None = Field(default=None, strict=False, description=RENDER_IN)
     auth: AuthIn | None = Field(default=None, description=AUTH_IN)
+    user_agent: str | None = Field(default=None, max_length=MAX_USER_AGENT_LENGTH, description=USER_AGENT_IN)
+    robots: RobotsMode | None = Field(default=None, strict=False, description=ROBOTS_IN)
 
 
 class ConnectorCreate(ConnectorReplace):
@@ -160,6 +170,8 @@ class ConnectorOut(BaseModel):
         description="Whether `render` was chosen; false: it is the crawl mode's default and follows the mode."
     )
     auth: AuthOut | None = Field(description="Which credentials it sends to its own hosts; null: none.")
+    user_agent: str | None = Field(description="The User-Agent its crawls send; null: the crawler's.")
+    robots: RobotsMode = Field(description="Whether its crawls obey robots.txt (ignore: on its owned hosts only).")
     periodic_indexing_enabled: bool
     created_at: datetime
 
@@ -177,6 +189,8 @@ class ConnectorOut(BaseModel):
             render=render_mode(connector.config),
             render_chosen=connector.config.get(RENDER_KEY) is not None,
             auth=AuthOut.model_validate(shown) if (shown := shown_credentials(connector)) is not None else None,
+            user_agent=user_agent_of(connector.config),
+            robots=robots_of(connector.config),
             periodic_indexing_enabled=connector.periodic_indexing_enabled,
             created_at=connector.created_at,
         )

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, Workspace
 from pipelines_dagster.core.catalog.changes import KEEP, Keep
 from pipelines_dagster.core.catalog.connector_credentials import set_credentials
+from pipelines_dagster.core.catalog.connector_etiquette import OwnUrls, set_etiquette
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, _schedule_triggers, set_schedule, validate_interval
 from pipelines_dagster.core.catalog.workspaces import get_workspace
 from pipelines_dagster.core.crawl.credentials import CredentialHosts, Credentials
@@ -46,13 +47,16 @@ def create_connector(
     render: str | None = None,
     credentials: Credentials | None = None,
     keyring: Keyring | None = None,
+    user_agent: str | None = None,
+    robots: str | None = None,
     now: datetime | None = None,
 ) -> Connector:
     """Create a connector; with `index_every_minutes`, also its own periodic indexing pipeline.
 
     A web connector crawls its `urls` (list mode) or, given a validated `site`, discovers a site; `render` is
     its render setting when chosen (None: its crawl mode's default); `credentials` are sent to its own hosts,
-    sealed under `keyring`."""
+    sealed under `keyring`; `user_agent` replaces the crawler's, and `robots` ignore waives robots.txt, which
+    only hosts the workspace owns may."""
     workspace = get_workspace(session, workspace_id)
     if index_every_minutes is not None:
         validate_interval(index_every_minutes, field="index_every_minutes")
@@ -61,6 +65,7 @@ def create_connector(
         raise InvalidInputError("site" if site else "url", f"a {kind.value} connector takes no URLs")
     chosen = _render_of(kind, render)
     _check_credentials(kind, credentials, keyring)
+    _check_web_only(kind, user_agent=user_agent, robots=robots)
     if site is not None and urls:
         raise InvalidInputError("site", "give the URLs to crawl (url) or a site to discover (site), not both")
     connector = Connector(
@@ -74,6 +79,7 @@ def create_connector(
     if kind is ConnectorType.WEBCRAWLER:
         _set_crawl(connector, urls=None if site else validate_urls(urls or [], field="url"), site=site)
         _set_render(connector, chosen)
+        set_etiquette(connector, workspace, own_urls(connector), user_agent=user_agent, robots=robots)
         if credentials is not None and keyring is not None:
             set_credentials(connector, credentials, keyring)
     session.add(connector)
@@ -213,6 +219,10 @@ class ConnectorChanges:
     credentials: Credentials | Keep | None = KEEP
     """Replace its credentials as a whole; None: clear them. Left out they stay, on a replace too: they cannot
     be read back, so a client that writes back what it read would otherwise lose them."""
+    user_agent: str | Keep | None = KEEP
+    """None: the crawler's user agent again."""
+    robots: str | Keep | None = KEEP
+    """obey or ignore; None: obey again."""
 
 
 def update_connector(
@@ -247,12 +257,26 @@ def update_connector(
     credentials = changes.credentials
     if not isinstance(credentials, Keep):
         _check_credentials(kind, credentials, keyring)
+    user_agent = None if replace and changes.user_agent is KEEP else changes.user_agent
+    robots = None if replace and changes.robots is KEEP else changes.robots
+    _check_web_only(kind, user_agent=user_agent, robots=robots)
     sent_to = credential_hosts(connector).names()
     connector.name = name
     if urls is not None or site is not None:
         _set_crawl(connector, urls=urls, site=site)
     if replace or changes.render is not KEEP:
         _set_render(connector, render)
+    if kind is ConnectorType.WEBCRAWLER:
+        workspace = get_workspace(session, workspace_id)
+        own = own_urls(connector)
+        set_etiquette(
+            connector,
+            workspace,
+            own,
+            user_agent=user_agent,
+            robots=robots,
+            urls_changed="site" if site is not None else "urls" if urls is not None else None,
+        )
     if isinstance(credentials, Keep):
         _refuse_new_hosts(connector, sent_to, field="site" if site is not None else "urls")
     elif keyring is not None:
@@ -261,13 +285,26 @@ def update_connector(
     return connector
 
 
-def credential_hosts(connector: Connector) -> CredentialHosts:
-    """The hosts the connector's credentials go to: those of its list's URLs (not a pipeline's own, which may
-    name other hosts), or its site's start URLs with their registrable domains when it takes subdomains."""
+def own_urls(connector: Connector) -> OwnUrls:
+    """The URLs the connector itself names: its list's (not a pipeline's own, which may name other hosts), or
+    its site's start URLs, with whether the site takes their subdomains."""
     if crawl_mode(connector.config) is CrawlMode.SITE:
         site = connector.config.get(SITE_KEY) or {}
-        return CredentialHosts(site.get("start_urls") or [], subdomains=bool(site.get("subdomains")))
-    return CredentialHosts(initial_urls(connector) or [])
+        return OwnUrls(site.get("start_urls") or [], subdomains=bool(site.get("subdomains")))
+    return OwnUrls(initial_urls(connector) or [])
+
+
+def credential_hosts(connector: Connector) -> CredentialHosts:
+    """The hosts the connector's credentials go to: those of its own URLs (with their registrable domains when
+    its site takes subdomains)."""
+    own = own_urls(connector)
+    return CredentialHosts(own.urls, subdomains=own.subdomains)
+
+
+def _check_web_only(kind: ConnectorType, **given: str | Keep | None) -> None:
+    for field, value in given.items():
+        if kind is not ConnectorType.WEBCRAWLER and isinstance(value, str):
+            raise InvalidInputError(field, f"a {kind.value} connector fetches no web pages, so it takes no {field}")
 
 
 def _check_credentials(kind: ConnectorType, credentials: Credentials | None, keyring: Keyring | None) -> None:

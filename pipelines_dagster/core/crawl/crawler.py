@@ -91,6 +91,8 @@ class Crawler:
         render: RenderMode = RenderMode.NEVER,
         render_memory: RenderMemory | None = None,
         credentials: HostCredentials | None = None,
+        user_agent: str | None = None,
+        robots_waived: frozenset[str] = frozenset(),
     ) -> AsyncIterator[CrawlOutcome]:
         """`crawl` over the URLs `source` hands out as the crawl goes: it may add URLs as outcomes
         come back, and the crawl ends when it has none left and none is in flight. A URL `replay`
@@ -103,8 +105,10 @@ class Crawler:
         `render_memory` is what `auto` knows of the hosts already (the previous crawl's verdicts).
 
         `credentials` go on every request to one of their hosts and on no other: a page, a robots.txt, a
-        sitemap, a rendered page's subresource, each hop of a redirect judged by its own URL."""
-        config = self.config
+        sitemap, a rendered page's subresource, each hop of a redirect judged by its own URL. `user_agent`
+        replaces the crawler's, in requests and in reading robots.txt; pages on the `robots_waived` hosts are
+        fetched without it (their owner's choice)."""
+        config = self.config if user_agent is None else replace(self.config, user_agent=user_agent)
         known = previous or {}
         if not known:
             self._start_workers_early()  # nothing was crawled before: every page will need extracting
@@ -139,6 +143,7 @@ class Crawler:
                 previous=known,
                 host_budget=self._host_budget,
                 waits=waits,
+                robots_waived=robots_waived,
             )
             await source.prepare(run)
             window = _WINDOW_PER_SLOT * config.global_concurrency

@@ -71,8 +71,11 @@ class Fetcher:
         previous: Mapping[str, PreviousFetch],
         host_budget: HostBudget | None = None,
         waits: RequestWaits | None = None,
+        robots_waived: frozenset[str] = frozenset(),
     ) -> None:
         self._config = config
+        # As _host writes them: an IPv6 address without its brackets.
+        self._robots_waived = frozenset(host.strip("[]") for host in robots_waived)
         self._source = source
         self._previous = previous
         self._guard = guard
@@ -215,7 +218,7 @@ class Fetcher:
                 raise FetchFailed(
                     f"resolving {host!r} timed out after {self._config.connect_timeout:g} s", unreachable=True
                 ) from None
-            if requested.page and self._config.obey_robots:
+            if requested.page and self._config.obey_robots and host not in self._robots_waived:
                 await self._robots.check(current, target)
             response = await self._request(
                 target,

@@ -101,6 +101,8 @@ def iter_crawl(
     render: RenderMode = RenderMode.NEVER,
     render_memory: RenderMemory | None = None,
     credentials: HostCredentials | None = None,
+    user_agent: str | None = None,
+    robots_waived: frozenset[str] = frozenset(),
 ) -> Iterator[CrawlOutcome]:
     """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
 
@@ -133,6 +135,8 @@ def iter_crawl(
             render=render,
             render_memory=render_memory,
             credentials=credentials,
+            user_agent=user_agent,
+            robots_waived=robots_waived,
         )
         async for outcome in crawl:
             if stop.is_set():
@@ -290,6 +294,8 @@ def execute_crawl(
                 render=plan.render,
                 render_memory=render_memory,
                 credentials=plan.credentials,
+                user_agent=plan.user_agent,
+                robots_waived=plan.robots_waived,
             )
             for outcome in crawled:
                 record = resumed.record_of(outcome)

@@ -1,5 +1,6 @@
 """A run's plan: the guards, in the reference plan's order, and what they let through (what to crawl,
-how, within which bounds, and with which credentials). RunRefused names the first guard that fails."""
+how, within which bounds, with which credentials, as which user agent and where robots.txt is waived). RunRefused
+names the first guard that fails."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, TriggerKind
+from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, TriggerKind, Workspace
 from pipelines_dagster.core.catalog.connector_credentials import open_credentials
+from pipelines_dagster.core.catalog.connector_etiquette import robots_waived_on
 from pipelines_dagster.core.catalog.connector_types import ineligible_reason, is_pipeline_eligible
-from pipelines_dagster.core.catalog.connectors import credential_hosts, initial_urls
+from pipelines_dagster.core.catalog.connectors import credential_hosts, initial_urls, own_urls
 from pipelines_dagster.core.catalog.retry import RetryPolicy
 from pipelines_dagster.core.crawl.credentials import HostCredentials
+from pipelines_dagster.core.crawl.etiquette import user_agent_of
 from pipelines_dagster.core.crawl.render.rule import RenderMode, render_mode
 from pipelines_dagster.core.crawl.site.config import SITE_KEY, CrawlMode, SiteConfig, crawl_mode
 from pipelines_dagster.core.errors import ConflictError, InvalidInputError
@@ -43,6 +46,10 @@ class RunPlan:
     credentials: HostCredentials | None = None
     """The connector's credentials, opened, with the hosts they go to; held in memory only, and shown by kind
     and name only (its repr)."""
+    user_agent: str | None = None
+    """The connector's own user agent; None: the crawler's."""
+    robots_waived: frozenset[str] = frozenset()
+    """Hosts the crawl fetches without robots.txt: the connector's, set to ignore it, that its workspace owns."""
 
     @property
     def most_pages(self) -> int:
@@ -85,6 +92,10 @@ def plan_run(session: Session, pipeline_id: int, *, keyring: Keyring | None) -> 
     if not urls:
         raise RunRefused("no URLs to crawl")
     credentials = _credentials(connector, keyring) if keyring is not None else None
+    try:
+        waived = robots_waived_on(connector, session.get_one(Workspace, pipeline.workspace_id), own_urls(connector))
+    except InvalidInputError as exc:
+        raise RunRefused(f"connector {connector.id} has an invalid robots setting: {exc}") from None
     return RunPlan(
         pipeline_id=pipeline.id,
         workspace_id=pipeline.workspace_id,
@@ -97,6 +108,8 @@ def plan_run(session: Session, pipeline_id: int, *, keyring: Keyring | None) -> 
         max_runtime_seconds=pipeline.max_runtime_seconds,
         render=render,
         credentials=credentials,
+        user_agent=user_agent_of(connector.config),
+        robots_waived=waived,
     )
 
 

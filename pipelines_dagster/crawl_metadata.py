@@ -93,6 +93,12 @@ class CrawlMetadata:
     pages_text: int | None = None
     pages_pdf: int | None = None
     pages_docx: int | None = None
+    user_agent: str | None = None
+    """The user agent the crawl sent (and read robots.txt as): the connector's own, else the crawler's."""
+    robots: str | None = None
+    """obey, or ignore: robots.txt was not read on `robots_ignored_on`, hosts the workspace owns."""
+    robots_ignored_on: str | None = None
+    """The hosts fetched without robots.txt, comma-separated; absent when the crawl obeyed it everywhere."""
 
     def to_metadata(self) -> dict[str, Any]:
         """The materialization metadata, in Dagster's types where the UI renders them (a link, a time)."""

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipelines_dagster.core.crawl.site.config import DEFAULT_MAX_PAGES_CAP
 from pipelines_dagster.core.errors import UserError
+from pipelines_dagster.core.security.keyring import Keyring
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
 from pipelines_dagster.core.triggers.fires import Budget
 
@@ -25,6 +26,11 @@ WORKER_NAME_ENV = f"{ENV_PREFIX}WORKER_NAME"
 DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 # Where `pipelines-dagster api` listens unless told otherwise.
 DEFAULT_API_URL = "http://127.0.0.1:8000"
+SECRETS_KEY_ENV = f"{ENV_PREFIX}SECRETS_KEY"
+# The embedded default's key file, in its data dir, when no key is set.
+SECRETS_KEY_FILE = "secrets.key"
+# Settings whose value a refusal never repeats.
+_SECRET_SETTINGS = frozenset({"secrets_key"})
 
 
 # The checkout the package runs from (an editable install: pyproject.toml beside the package), where `make run`
@@ -41,6 +47,14 @@ DEFAULT_SITE_PORT = 8765
 def default_extraction_slots_dir() -> Path:
     """Where every process of the machine finds the extraction slots: the machine's temporary directory."""
     return Path(tempfile.gettempdir()) / "pipelines-dagster-extraction-slots"
+
+
+def secrets_keyring(*, key: str | None, key_file: Path | None) -> Keyring | None:
+    """The keys credentials are sealed under: those `key` holds (PIPELINES_SECRETS_KEY), else a key file's; None
+    with neither."""
+    if key:
+        return Keyring.of(key, variable=SECRETS_KEY_ENV)
+    return Keyring.in_file(key_file, variable=SECRETS_KEY_ENV) if key_file is not None else None
 
 
 def default_data_dir() -> Path:
@@ -155,13 +169,21 @@ class Settings(BaseSettings):
         description="The most text extraction processes live at once across all runs sharing the extraction slots "
         "directory. Default: the cores this process may use.",
     )
+    secrets_key: SecretStr | None = Field(
+        default=None,
+        description="The Fernet keys connector credentials are sealed under, comma-separated, newest first (make one "
+        "with `pipelines-dagster secrets new-key`; rotate with `pipelines-dagster secrets rotate`). Default: a key "
+        f"file, {SECRETS_KEY_FILE} in the data dir, made on first use.",
+    )
     crawler_allow_private_networks: bool = False
     crawler_allowed_networks: str = Field(
         default="",
         description="Comma-separated networks the crawler may reach despite the SSRF guard, e.g. 127.0.0.1/32.",
     )
 
-    @field_validator("data_dir", "extraction_slots_dir", "extraction_slots", "api_url", "dagster_url", mode="before")
+    @field_validator(
+        "data_dir", "extraction_slots_dir", "extraction_slots", "api_url", "dagster_url", "secrets_key", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object, info: ValidationInfo) -> object:
         # Set but empty (`PIPELINES_DATA_DIR=`) is unset, so it takes the default: as a path it would be the
@@ -212,6 +234,16 @@ class Settings(BaseSettings):
         if parsed.scheme in {"redis", "rediss", "unix"} and (parsed.netloc or parsed.path):
             return value
         raise ValueError("must be 'database' or a redis:// URL such as redis://127.0.0.1:6379/0")
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _secrets_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                Keyring.of(value.get_secret_value(), variable=SECRETS_KEY_ENV)
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("crawler_allowed_networks")
     @classmethod
@@ -292,6 +324,18 @@ class Settings(BaseSettings):
     def dagster_home(self) -> Path:
         return (self.data_dir / "dagster-home").resolve()
 
+    @property
+    def secrets_key_file(self) -> Path:
+        """The embedded default's key file: used when PIPELINES_SECRETS_KEY is not set."""
+        return (self.data_dir / SECRETS_KEY_FILE).resolve()
+
+    def keyring(self) -> Keyring:
+        """The keys connector credentials are sealed under; the key file's are read (made) on first use."""
+        key = self.secrets_key.get_secret_value() if self.secrets_key is not None else None
+        keyring = secrets_keyring(key=key, key_file=self.secrets_key_file)
+        assert keyring is not None  # a key file is always named
+        return keyring
+
 
 def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment; a bad value raises SettingsError naming the variable."""
@@ -302,8 +346,8 @@ def load_settings(**overrides: Any) -> Settings:
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else "?"
             message = error["msg"].removeprefix("Value error, ")
-            given = error.get("input")
-            problems.append(f"{ENV_PREFIX}{field.upper()}: {message} (got {given!r})")
+            given = "" if field in _SECRET_SETTINGS else f" (got {error.get('input')!r})"
+            problems.append(f"{ENV_PREFIX}{field.upper()}: {message}{given}")
         raise SettingsError("; ".join(problems)) from None
 
 

@@ -64,6 +64,7 @@ SLOWEST_FILES = {
     "tests/api/test_openapi.py": 100,
     "tests/assets/test_lock_loss.py": 60,
     "tests/assets/test_rendering.py": 45,
+    "tests/assets/test_credentials.py": 45,
     "tests/core/crawl/render/test_crawl_rendering.py": 40,
     "tests/sensors/test_no_lost_triggers.py": 50,
     "tests/test_quiet.py": 50,

@@ -51,6 +51,8 @@ CLI_ONLY = {
     "--default-max-runtime": "max_runtime_seconds: null",
     "--default-queue": "worker_queue: null",
     "--default-render": "render: null",
+    "--no-auth": "auth: null",
+    "--default-user-agent": "user_agent: null",
 }
 
 
@@ -70,20 +72,21 @@ def every_command() -> list[tuple[tuple[str, ...], Any]]:
 
 def fields_of(document: dict[str, Any], method: str, path: str) -> set[str]:
     """The names an operation takes: path and query parameters, and its body's fields with those of the objects
-    nested in it (a schedule's cron, a retry policy's max_retries, a site's start_urls)."""
+    nested in it (a schedule's cron, a retry policy's max_retries, a site's start_urls), each also under its
+    object's name (auth_basic), the spelling of a nested field whose own name says too little."""
     schemas = document["components"]["schemas"]
     operations = document["paths"][path]
     operation = next(operations[m] for m in method.split("|") if m in operations)
     names = {parameter["name"] for parameter in operation.get("parameters", [])}
 
-    def add(schema: dict[str, Any]) -> None:
+    def add(schema: dict[str, Any], parent: str = "") -> None:
         for member in schema.get("anyOf", []):
-            add(member)
+            add(member, parent)
         if "$ref" in schema:
-            add(schemas[schema["$ref"].rsplit("/", 1)[1]])
+            add(schemas[schema["$ref"].rsplit("/", 1)[1]], parent)
         for name, field in schema.get("properties", {}).items():
-            names.add(name)
-            add(field)
+            names.update({name, f"{parent}_{name}"} if parent else {name})
+            add(field, name)
 
     body = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
     if body is not None:

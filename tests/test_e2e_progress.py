@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 
 from pipelines_dagster.api.app import create_app
 from pipelines_dagster.cli.main import main
+from pipelines_dagster.core.crawl.types import CrawlerConfig
 from pipelines_dagster.launch import GraphQLLauncher
 from tests.api.conftest import issue_token, settings_for
 from tests.support.dagster_dev import BIN, Dev, Seeded, dagster_dev, seed, wait_for
@@ -206,7 +207,10 @@ def test_wait_follows_a_run_a_crawl_delay_paces_to_its_end_and_the_run_log_names
 
     log = [entry.user_message for entry in dev.instance.all_logs(run_id) if entry.dagster_event is None]
     named = f"pipeline {seeded.pipeline_id} (polite): "
-    assert f"{named}crawl started (attempt 1): 14 URLs of its list, 4 requests per host and 16 in all at a time" in log
+    assert (
+        f"{named}crawl started (attempt 1): 14 URLs of its list, 4 requests per host and 16 in all at a time; as "
+        f"{CrawlerConfig.user_agent!r}, obeying robots.txt"
+    ) in log
     [finished] = [line for line in log if line.startswith(f"{named}crawl finished: ")]
     assert finished.startswith(f"{named}crawl finished: 14 attempted, 14 succeeded, 0 empty, 0 failed in ")
     assert f"; {limited}: 13 requests waited " in finished

@@ -132,6 +132,7 @@ def create_app(
         # Over the app's own sessions: the resource's sender would open an engine of its own.
         notification_sender=Sender(sessions, notification_guard),
         billing=Billing(sessions, enabled=settings.billing_enabled, micros_per_crawl=settings.micros_per_crawl),
+        keyring=settings.keyring(),
     )
     install_error_handlers(app)
     app.add_middleware(

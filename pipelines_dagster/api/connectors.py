@@ -1,8 +1,10 @@
 """`/workspaces/{workspace_id}/connectors`: create, list, read, change and delete a workspace's connectors.
 
 A web connector crawls a list of URLs, or discovers a site (`site`: start URLs, sitemaps and
-same-site links within its bounds); `render` says which of its pages a headless browser renders.
-Each write is one transaction: input that fails any check, named by its field, leaves nothing behind.
+same-site links within its bounds); `render` says which of its pages a headless browser renders, `auth` gives the
+credentials of a site behind a login, which no route shows again, `user_agent` what its crawls call themselves and
+`robots` whether they obey robots.txt. Each write is one transaction: input that fails any check, named by its
+field, leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from pipelines_dagster.api.schemas.connectors import (
 from pipelines_dagster.app_db.engine import transaction
 from pipelines_dagster.app_db.models import Connector
 from pipelines_dagster.core.catalog import connectors
-from pipelines_dagster.core.catalog.changes import KEEP
+from pipelines_dagster.core.catalog.changes import KEEP, Keep
+from pipelines_dagster.core.crawl.credentials import Credentials
 from pipelines_dagster.core.crawl.site.config import SiteConfig, site_for
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.core.validation import MAX_ID
@@ -46,6 +49,13 @@ def _site(body: ConnectorReplace, api: Api) -> SiteConfig | None:
     except InvalidInputError as exc:
         field = exc.field if exc.field in {"mode", "site"} else f"site.{exc.field}"
         raise InvalidInputError("site.start_urls" if field == "site" and site_in else field, exc.message) from None
+
+
+def _credentials(body: ConnectorReplace) -> Credentials | Keep | None:
+    """The credentials the body gives: KEEP when it leaves `auth` out, None when it clears them."""
+    if "auth" not in body.model_fields_set:
+        return KEEP
+    return body.auth.credentials() if body.auth is not None else None
 
 
 def _read(session: Session, connector: Connector) -> ConnectorOut:
@@ -70,6 +80,10 @@ def create_connector(workspace_id: WorkspaceId, body: ConnectorCreate, api: Api)
             index_every_minutes=body.index_every_minutes,
             site=site,
             render=body.render,
+            credentials=body.auth.credentials() if body.auth is not None else None,
+            keyring=api.keyring,
+            user_agent=body.user_agent,
+            robots=body.robots,
         )
         return _read(session, connector)
 
@@ -95,16 +109,26 @@ def update_connector(
     workspace_id: WorkspaceId, connector_id: ConnectorId, body: ConnectorUpdate, api: Api
 ) -> ConnectorOut:
     """Change the fields given, leave the rest: `urls` make it a list crawl, `site` a site crawl (the site as a
-    whole), `render` null gives back the crawl mode's default. Its pipelines crawl what it says from their next
-    run on."""
+    whole), `render` null gives back the crawl mode's default, `auth` replaces the credentials as a whole (null
+    clears them), `user_agent` and `robots` null give back the crawler's user agent and obeying robots.txt. A
+    change that would send the credentials it keeps to a new host is refused. Its pipelines crawl what it says
+    from their next run on."""
     if body.mode == "list" and body.urls is None:
         raise InvalidInputError("urls", "a list crawl needs its URLs: give urls with mode list")
     site = _site(body, api) if body.model_fields_set & {"mode", "site"} else None
-    render = body.render if "render" in body.model_fields_set else KEEP
-    changes = connectors.ConnectorChanges(name=body.name, urls=body.urls, site=site, render=render)
+    given = body.model_fields_set
+    changes = connectors.ConnectorChanges(
+        name=body.name,
+        urls=body.urls,
+        site=site,
+        render=body.render if "render" in given else KEEP,
+        credentials=_credentials(body),
+        user_agent=body.user_agent if "user_agent" in given else KEEP,
+        robots=body.robots if "robots" in given else KEEP,
+    )
     with transaction(api.sessions) as session:
         connector = connectors.update_connector(
-            session, workspace_id=workspace_id, connector_id=connector_id, changes=changes
+            session, workspace_id=workspace_id, connector_id=connector_id, changes=changes, keyring=api.keyring
         )
         return _read(session, connector)
 
@@ -113,12 +137,25 @@ def update_connector(
 def replace_connector(
     workspace_id: WorkspaceId, connector_id: ConnectorId, body: ConnectorReplace, api: Api
 ) -> ConnectorOut:
-    """Set the connector to the body as a whole: a field left out takes its default, as on creation. Its type
-    and its own periodic indexing stay as they were made."""
-    changes = connectors.ConnectorChanges(name=body.name, urls=body.urls, site=_site(body, api), render=body.render)
+    """Set the connector to the body as a whole: a field left out takes its default, as on creation. Its type,
+    its own periodic indexing and, unless `auth` is given (null clears them), its credentials stay as they were."""
+    changes = connectors.ConnectorChanges(
+        name=body.name,
+        urls=body.urls,
+        site=_site(body, api),
+        render=body.render,
+        credentials=_credentials(body),
+        user_agent=body.user_agent,
+        robots=body.robots,
+    )
     with transaction(api.sessions) as session:
         connector = connectors.update_connector(
-            session, workspace_id=workspace_id, connector_id=connector_id, changes=changes, replace=True
+            session,
+            workspace_id=workspace_id,
+            connector_id=connector_id,
+            changes=changes,
+            replace=True,
+            keyring=api.keyring,
         )
         return _read(session, connector)
 

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.core.ledger.billing import Billing
+from pipelines_dagster.core.security.keyring import Keyring
 from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.launch import Launcher
@@ -31,6 +32,8 @@ class ApiServices:
     notification_sender: Sender
     """Sends a test message at once, over the app's own sessions."""
     billing: Billing
+    keyring: Keyring
+    """Seals the connector credentials a request gives (PIPELINES_SECRETS_KEY, or the data dir's key file)."""
 
 
 def get_services(request: Request) -> ApiServices:

@@ -171,6 +171,9 @@ class Workspace(Base):
     name: Mapped[str] = mapped_column(StorableString(200))
     owner_user_id: Mapped[str] = mapped_column(sa.String(200), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The hosts an operator declared the workspace owns (normalized names): its connectors may ignore robots.txt
+    # there, and nowhere else.
+    owned_hosts: Mapped[list[str]] = mapped_column(sa.JSON, default=list, server_default="[]")
 
 
 class ApiToken(Base):
@@ -220,6 +223,10 @@ class Connector(Base):
     connector_type: Mapped[str] = mapped_column(sa.String(32))
     # For webcrawler connectors: {"INITIAL_URLS": ["https://...", ...]}.
     config: Mapped[dict[str, Any]] = mapped_column(StorableJSON, default=dict)
+    # Credentials for a site behind a login, sealed under the deployment's secrets key, beside the names a reader
+    # may see (core/catalog/connector_credentials.py). Apart from `config`, so what shows or copies a config
+    # cannot take them along.
+    credentials: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
     periodic_indexing_enabled: Mapped[bool] = mapped_column(default=False)
     indexing_frequency_minutes: Mapped[int | None]
     next_scheduled_at: Mapped[datetime | None]

@@ -197,8 +197,9 @@ def _load(
         pipeline = session.get(Pipeline, pipeline_id)
         if pipeline is not None and tag is not None:
             tag(pipeline)
-        # The plan's own lookup of the row finds it in the session: no second read.
-        plan = plan_run(session, pipeline_id)
+        # The plan's own lookup of the row finds it in the session: no second read. The connector's credentials
+        # are opened here, in the process that crawls, and live in its memory only.
+        plan = plan_run(session, pipeline_id, keyring=app_db.keyring())
     assert pipeline is not None
     return pipeline, plan
 
@@ -257,9 +258,11 @@ def crawl_partition(
     # Everything past the guards is retried when it fails, under the pipeline's own policy.
     try:
         config = crawler.crawler.config
+        user_agent = plan.user_agent or config.user_agent
         log.info(
             f"{named(pipeline)}: crawl started (attempt {attempt}): {plan.scope()}, {config.per_host_concurrency} "
-            f"requests per host and {config.global_concurrency} in all at a time{_rendering(plan)}"
+            f"requests per host and {config.global_concurrency} in all at a time{_rendering(plan)}; as "
+            f"{user_agent!r}, {_robots(plan, obeyed=config.obey_robots)}"
         )
         previous = latest_crawl(instance, partition_key)
         # Keyed by the root run, so a retried step or a re-executed run charges once.
@@ -335,6 +338,9 @@ def crawl_partition(
             pages_text=report.kinds["text"],
             pages_pdf=report.kinds["pdf"],
             pages_docx=report.kinds["docx"],
+            user_agent=user_agent,
+            robots="ignore" if plan.robots_waived or not config.obey_robots else "obey",
+            robots_ignored_on=", ".join(sorted(plan.robots_waived)) or None,
         )
         metadata = crawl.to_metadata()
         metadata["failed_urls"] = _failed_urls_table(report)
@@ -435,6 +441,15 @@ def crawl_results(
             "for this partition to build it from the stored crawl, without crawling again",
             allow_retries=False,
         )
+
+
+def _robots(plan: RunPlan, *, obeyed: bool) -> str:
+    """What the start line says of robots.txt: obeyed, or where (and why) it is not read."""
+    if not obeyed:
+        return "ignoring robots.txt everywhere (the deployment's crawler does)"
+    if plan.robots_waived:
+        return f"ignoring robots.txt on {', '.join(sorted(plan.robots_waived))} (hosts the workspace owns)"
+    return "obeying robots.txt"
 
 
 def _rendering(plan: RunPlan) -> str:

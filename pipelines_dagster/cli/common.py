@@ -39,6 +39,12 @@ OPTION_OF_FIELD = {
     "retry_policy.delay_seconds": "delay_seconds",
     "event_types": "event_type",
     "pipeline_ids": "pipeline",
+    "auth": "auth_basic, --auth-bearer, --header or --cookie",
+    "auth.basic": "auth_basic",
+    "auth.bearer": "auth_bearer",
+    "auth.headers": "header",
+    "auth.cookies": "cookie",
+    "owned_hosts": "owned_host",
 }
 
 

@@ -1,9 +1,9 @@
-"""`pipelines-dagster connector`: where a pipeline's content comes from, a list of URLs or a site crawl, and which
-pages are rendered; created, listed, shown, changed and deleted as the API's connector routes do."""
+"""`pipelines-dagster connector`: where a pipeline's content comes from, a list of URLs or a site crawl, which
+pages are rendered and the credentials of a site behind a login; created, listed, shown, changed and deleted as the
+API's connector routes do."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +17,15 @@ from pipelines_dagster.app_db.models import Connector, ConnectorType
 from pipelines_dagster.cli.common import (
     ID,
     Group,
-    RenamedOption,
     connector_ref,
     emit,
     json_option,
     open_sessions,
     user_errors,
 )
+from pipelines_dagster.cli.connector_options import auth_options, crawl_of, crawl_options, credentials_of
 from pipelines_dagster.cli.pipeline_options import keep, refuse_both
+from pipelines_dagster.core.catalog.changes import KEEP
 from pipelines_dagster.core.catalog.connectors import (
     ConnectorChanges,
     get_connector,
@@ -32,90 +33,15 @@ from pipelines_dagster.core.catalog.connectors import (
     update_connector,
 )
 from pipelines_dagster.core.catalog.workspaces import get_workspace
-from pipelines_dagster.core.crawl.render.rule import RenderMode
-from pipelines_dagster.core.crawl.site.config import (
-    DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_PAGES,
-    CrawlMode,
-    SiteConfig,
-    site_for,
-)
+from pipelines_dagster.core.crawl.site.config import CrawlMode
 from pipelines_dagster.core.errors import InvalidInputError
 from pipelines_dagster.instance import dagster_instance
-from pipelines_dagster.settings import Settings, load_settings
+from pipelines_dagster.settings import load_settings
 
 
 @click.group(cls=Group)
 def connector() -> None:
     """Connectors: where a pipeline's content comes from."""
-
-
-def read_url_file(path: Path) -> list[str]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-
-
-def crawl_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """What a web connector crawls, as `create` and `update` take it: a list of URLs, or a site and its bounds."""
-    for option in reversed(
-        [
-            click.option("--url", "urls", multiple=True, help="A URL to crawl; repeat for more."),
-            click.option(
-                "--url-file",
-                type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                help="A file with one URL per line (blank lines and # comments ignored).",
-            ),
-            click.option("--name", default=None),
-            click.option(
-                "--mode",
-                type=click.Choice([mode.value for mode in CrawlMode]),
-                default=None,
-                help="list (default) or site.",
-            ),
-            click.option(
-                "--start-url",
-                "start_urls",
-                cls=RenamedOption,
-                formerly="--site",
-                multiple=True,
-                help="A site crawl's start URL; repeat for more. Implies --mode site.",
-            ),
-            click.option(
-                "--max-depth",
-                type=int,
-                default=None,
-                help=f"Site crawl: links followed from a start URL [{DEFAULT_MAX_DEPTH}].",
-            ),
-            click.option("--max-pages", type=int, help=f"Site crawl: pages fetched at most [{DEFAULT_MAX_PAGES}]."),
-            click.option(
-                "--include", multiple=True, help="Site crawl: only paths matching this glob (/docs/**); repeatable."
-            ),
-            click.option("--exclude", multiple=True, help="Site crawl: never paths matching this glob; repeatable."),
-            click.option("--subdomains", is_flag=True, help="Site crawl: the start URLs' whole registrable domains."),
-            click.option(
-                "--drop-query-params", default=None, help="Site crawl: query parameters to drop (a,b) or all."
-            ),
-            click.option(
-                "--render",
-                type=click.Choice([mode.value for mode in RenderMode]),
-                default=None,
-                help="Which pages a headless browser renders: never, auto (pages whose plain fetch extracts thin "
-                "text) or always. Default: the crawl mode's, never for a list and auto for a site.",
-            ),
-        ]
-    ):
-        command = option(command)
-    return command
-
-
-def crawl_of(
-    settings: Settings, urls: tuple[str, ...], url_file: Path | None, mode: str | None, **bounds: Any
-) -> tuple[list[str], SiteConfig | None]:
-    """The URLs (from --url or --url-file) and the site the crawl options give; bounds are site_for's."""
-    if urls and url_file:
-        raise InvalidInputError("url_file", "give --url or --url-file, not both")
-    site = site_for(mode, **bounds, max_pages_cap=settings.site_max_pages_cap)
-    return read_url_file(url_file) if url_file else list(urls), site
 
 
 def read_connector(session: Session, connector: Connector) -> ConnectorOut:
@@ -126,8 +52,8 @@ def read_connector(session: Session, connector: Connector) -> ConnectorOut:
 
 
 def describe(shown: ConnectorOut) -> str:
-    """One line per connector: id, name, type, what it crawls and which pages it renders, its own periodic
-    indexing."""
+    """One line per connector: id, name, type, what it crawls and which pages it renders, its credentials by
+    kind and name, its own periodic indexing."""
     render = f", render {shown.render}{'' if shown.render_chosen else f' ({shown.mode} default)'}"
     if shown.site is not None:
         what = f"site crawl of {', '.join(shown.site.start_urls)}{render}"
@@ -136,7 +62,18 @@ def describe(shown: ConnectorOut) -> str:
     else:
         what = "-"
     indexing = ", own periodic indexing" if shown.periodic_indexing_enabled else ""
-    return f"{shown.id}\t{shown.name}\t{shown.type}\t{what}{indexing}"
+    manners = f", user agent {shown.user_agent!r}" if shown.user_agent else ""
+    manners += ", ignoring robots.txt on its owned hosts" if shown.robots == "ignore" else ""
+    return f"{shown.id}\t{shown.name}\t{shown.type}\t{what}{manners}{_credentials(shown)}{indexing}"
+
+
+def _credentials(shown: ConnectorOut) -> str:
+    auth = shown.auth
+    if auth is None:
+        return ""
+    kinds = [kind for kind, set_ in (("basic auth", auth.basic), ("bearer token", auth.bearer)) if set_]
+    kinds += [f"header {name}" for name in auth.headers] + [f"cookie {name}" for name in auth.cookies]
+    return f", credentials: {', '.join(kinds)}"
 
 
 @connector.command("create")
@@ -148,6 +85,7 @@ def describe(shown: ConnectorOut) -> str:
     type=click.Choice([member.value for member in ConnectorType]),
 )
 @crawl_options
+@auth_options
 @click.option(
     "--index-every-minutes",
     type=int,
@@ -165,15 +103,23 @@ def connector_create(
     index_every_minutes: int | None,
     mode: str | None,
     render: str | None,
+    user_agent: str | None,
+    robots: str | None,
+    auth_basic: str | None,
+    auth_bearer: str | None,
+    headers: tuple[str, ...],
+    cookies: tuple[str, ...],
     as_json: bool,
     **bounds: Any,
 ) -> None:
     """Create a connector; a webcrawler connector needs --url or --url-file (list mode), or --start-url (site
-    mode)."""
+    mode). Credentials (--auth-basic, --auth-bearer, --header, --cookie) go only to its own hosts, and are
+    stored sealed: no command or route shows them again."""
     from pipelines_dagster import services
 
     settings = load_settings()
     all_urls, site = crawl_of(settings, urls, url_file, mode, **bounds)
+    credentials = credentials_of(auth_basic, auth_bearer, headers, cookies)
     with transaction(open_sessions(settings)) as session:
         created = services.create_connector(
             session,
@@ -185,6 +131,10 @@ def connector_create(
             index_every_minutes=index_every_minutes,
             site=site,
             render=render,
+            credentials=credentials,
+            keyring=settings.keyring(),
+            user_agent=user_agent,
+            robots=robots,
         )
         shown = read_connector(session, created)
     what = f"a site crawl of {', '.join(site.start_urls)}" if site else f"{len(shown.urls or [])} URLs"
@@ -220,6 +170,9 @@ def connector_show(workspace_id: int, connector_id: int, as_json: bool) -> None:
 @connector_ref
 @crawl_options
 @click.option("--default-render", is_flag=True, help="Render as the crawl mode's default again, and follow it.")
+@click.option("--default-user-agent", is_flag=True, help="Send the crawler's user agent again.")
+@auth_options
+@click.option("--no-auth", is_flag=True, help="Clear its credentials.")
 @json_option
 @user_errors
 def connector_update(
@@ -231,25 +184,49 @@ def connector_update(
     mode: str | None,
     render: str | None,
     default_render: bool,
+    user_agent: str | None,
+    default_user_agent: bool,
+    robots: str | None,
+    auth_basic: str | None,
+    auth_bearer: str | None,
+    headers: tuple[str, ...],
+    cookies: tuple[str, ...],
+    no_auth: bool,
     as_json: bool,
     **bounds: Any,
 ) -> None:
     """Change the options given and leave the rest, as `PATCH .../connectors/{id}`: --url or --url-file make it a
     list crawl, --start-url a site crawl (the site as a whole: a bound left out takes its default), --render
-    chooses which pages are rendered (--default-render: the crawl mode's again). Its pipelines crawl what it says
-    from their next run on."""
+    chooses which pages are rendered (--default-render: the crawl mode's again); any credential option replaces
+    its credentials as a whole (--no-auth clears them), and a change that would send those it keeps to a new host
+    is refused. Its pipelines crawl what it says from their next run on."""
     refuse_both("default_render", default_render, render is not None, "--render")
+    refuse_both("default_user_agent", default_user_agent, user_agent is not None, "--user-agent")
+    credentials = credentials_of(auth_basic, auth_bearer, headers, cookies)
+    refuse_both("no_auth", no_auth, credentials is not None, "--auth-basic, --auth-bearer, --header, --cookie")
     settings = load_settings()
     new_urls, site = crawl_of(settings, urls, url_file, mode, **bounds)
     if mode == CrawlMode.LIST.value and not new_urls:
         raise InvalidInputError("urls", "a list crawl needs its URLs: give --url or --url-file with --mode list")
     render_change = None if default_render else keep(render)
-    changes = ConnectorChanges(name=name, urls=new_urls or None, site=site, render=render_change)
+    changes = ConnectorChanges(
+        name=name,
+        urls=new_urls or None,
+        site=site,
+        render=render_change,
+        credentials=None if no_auth else credentials or KEEP,
+        user_agent=None if default_user_agent else keep(user_agent),
+        robots=keep(robots),
+    )
     with transaction(open_sessions(settings)) as session:
-        shown = read_connector(
+        updated = update_connector(
             session,
-            update_connector(session, workspace_id=workspace_id, connector_id=connector_id, changes=changes),
+            workspace_id=workspace_id,
+            connector_id=connector_id,
+            changes=changes,
+            keyring=settings.keyring(),
         )
+        shown = read_connector(session, updated)
     emit(as_json, shown, describe(shown))
 
 

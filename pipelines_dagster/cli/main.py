@@ -20,6 +20,7 @@ COMMANDS = {
     "notification": "notification:notification",
     "pipeline": "pipeline:pipeline",
     "runs": "runs:runs",
+    "secrets": "secrets:secrets",
     "templates": "workspace:templates",
     "token": "token:token",
     "trigger": "trigger:trigger",

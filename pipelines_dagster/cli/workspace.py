@@ -52,7 +52,8 @@ def workspace_create(name: str, owner: str, as_json: bool) -> None:
 
 
 def _workspace_line(shown: WorkspaceOut) -> str:
-    return f"{shown.id}\t{shown.name}\towner {shown.owner}\t{plural(shown.live_tokens, 'live token')}"
+    owned = f"\towns {', '.join(shown.owned_hosts)}" if shown.owned_hosts else ""
+    return f"{shown.id}\t{shown.name}\towner {shown.owner}\t{plural(shown.live_tokens, 'live token')}{owned}"
 
 
 @workspace.command("list")
@@ -70,6 +71,30 @@ def workspace_list(as_json: bool) -> None:
         "\n".join(map(_workspace_line, shown.workspaces))
         or "no workspaces yet; `pipelines-dagster workspace create --name NAME --owner USER` makes one",
     )
+
+
+@workspace.command("update")
+@click.option("--workspace", "workspace_id", required=True, type=ID)
+@click.option(
+    "--owned-host",
+    "owned_hosts",
+    multiple=True,
+    help="A host the workspace owns (docs.example.com), on which its connectors may ignore robots.txt; repeat for "
+    "more. Replaces the hosts it had.",
+)
+@click.option("--no-owned-hosts", is_flag=True, help="It owns no host: every crawl obeys robots.txt again.")
+@json_option
+@user_errors
+def workspace_update(workspace_id: int, owned_hosts: tuple[str, ...], no_owned_hosts: bool, as_json: bool) -> None:
+    """Declare the hosts the workspace owns, an operator's word that its connectors may crawl them ignoring
+    robots.txt (`connector update --robots ignore`). The API has no route for it: a workspace's token cannot
+    declare a host its own. A host given up is obeyed again from its next crawl on."""
+    if bool(owned_hosts) == no_owned_hosts:
+        raise click.UsageError("give --owned-host (repeatable) or --no-owned-hosts")
+    with transaction(open_sessions(load_settings())) as session:
+        row = workspaces.set_owned_hosts(session, workspace_id, list(owned_hosts))
+        shown = WorkspaceOut.of(row, live_tokens=workspaces.live_token_counts(session, [row.id]).get(row.id, 0))
+    emit(as_json, shown, _workspace_line(shown))
 
 
 @workspace.command("show")

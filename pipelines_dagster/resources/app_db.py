@@ -1,19 +1,31 @@
-"""The app database as a Dagster resource: one engine and session factory per run."""
+"""The app database as a Dagster resource: one engine and session factory per run, and the keys that open the
+credentials it holds sealed."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster.app_db.engine import create_engine, session_factory
+from pipelines_dagster.core.security.keyring import Keyring
+from pipelines_dagster.settings import secrets_keyring
 
 
 class AppDatabaseResource(dg.ConfigurableResource["AppDatabaseResource"]):
     url: str
+    secrets_key: str | None = Field(
+        default=None,
+        description="The keys connector credentials are sealed under, comma-separated, newest first: given as "
+        "dg.EnvVar('PIPELINES_SECRETS_KEY'), so it is read as the resource starts and never shown with its config.",
+    )
+    secrets_key_file: str | None = Field(
+        default=None, description="Without secrets_key: the key file that holds them (the embedded default's)."
+    )
 
     _engine: sa.Engine | None = PrivateAttr(default=None)
     _set_up_at: float | None = PrivateAttr(default=None)
@@ -42,3 +54,9 @@ class AppDatabaseResource(dg.ConfigurableResource["AppDatabaseResource"]):
     @property
     def sessions(self) -> sessionmaker[Session]:
         return session_factory(self.engine)
+
+    def keyring(self) -> Keyring | None:
+        """The keys that open connector credentials; None when neither a key nor a key file is given (a crawl
+        of a connector with credentials is then refused, saying what to set)."""
+        key_file = Path(self.secrets_key_file) if self.secrets_key_file is not None else None
+        return secrets_keyring(key=self.secrets_key, key_file=key_file)

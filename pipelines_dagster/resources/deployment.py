@@ -14,7 +14,7 @@ from pipelines_dagster.resources.crawler import CrawlerResource
 from pipelines_dagster.resources.locks import DatabaseLocksResource, LocksResource, RedisLocksResource
 from pipelines_dagster.resources.network import NetworkAccess
 from pipelines_dagster.resources.notifications import NotificationsResource
-from pipelines_dagster.settings import ENV_PREFIX, Settings
+from pipelines_dagster.settings import ENV_PREFIX, SECRETS_KEY_ENV, Settings
 
 
 def _from_env(field: str, value: str) -> str:
@@ -39,9 +39,17 @@ class Resources(TypedDict):
     notifications: NotificationsResource
 
 
+def _secrets_key(settings: Settings) -> dict[str, str]:
+    """The secrets key as an EnvVar, always: it is read where the resource starts and never embedded in its
+    config, which the UI shows. Without one, the embedded default's key file."""
+    if settings.secrets_key is not None:
+        return {"secrets_key": dg.EnvVar(SECRETS_KEY_ENV)}
+    return {"secrets_key_file": str(settings.secrets_key_file)}
+
+
 def build_resources(settings: Settings) -> Resources:
     database_url = _from_env("database_url", settings.resolved_database_url)
-    app_db = AppDatabaseResource(url=database_url)
+    app_db = AppDatabaseResource(url=database_url, **_secrets_key(settings))
 
     if settings.s3_location is not None:
         bucket, prefix = settings.s3_location

@@ -295,13 +295,13 @@ def test_a_max_runtime_is_set_at_creation_shown_changed_and_reset_to_the_deploym
         client.patch(path, headers=tenant.headers, json={"max_runtime_seconds": 60}).json()["max_runtime_seconds"] == 60
     )
     with sessions() as session:
-        assert plan_run(session, long["id"]).max_runtime_seconds == 60
+        assert plan_run(session, long["id"], keyring=None).max_runtime_seconds == 60
     assert (
         client.patch(path, headers=tenant.headers, json={"max_runtime_seconds": None}).json()["max_runtime_seconds"]
         is None
     )
     with sessions() as session:
-        assert plan_run(session, long["id"]).max_runtime_seconds is None
+        assert plan_run(session, long["id"], keyring=None).max_runtime_seconds is None
 
 
 def test_a_worker_queue_is_set_at_creation_shown_changed_and_given_back_to_the_default(client, sessions, tenant):

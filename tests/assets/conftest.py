@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,12 +16,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from pipelines_dagster import services
 from pipelines_dagster.app_db.engine import session_factory, transaction
-from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage
+from pipelines_dagster.app_db.models import CreditLedgerEntry, Document, Pipeline, TokenUsage, Workspace
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
-from pipelines_dagster.core.catalog.connectors import create_connector
+from pipelines_dagster.core.catalog.connectors import ConnectorChanges, create_connector, update_connector
 from pipelines_dagster.core.catalog.workspaces import create_workspace
 from pipelines_dagster.core.crawl.site.config import SiteConfig
+from pipelines_dagster.core.security.keyring import Keyring
 from pipelines_dagster.core.storage.blob import BlobStore
 from pipelines_dagster.partitions import add_pipeline_partitions
 from pipelines_dagster.resources.app_db import AppDatabaseResource
@@ -45,6 +48,8 @@ class Stack:
     locks: LocksResource
     billing_enabled: bool = False
     micros_per_crawl: int = 1000
+    secrets_from_env: bool = False
+    """The app database resource opens connector credentials with PIPELINES_SECRETS_KEY, as a deployment's does."""
     crawler: CrawlerResource = field(
         default_factory=lambda: CrawlerResource(
             network=NetworkAccess(allowed_networks=["127.0.0.1/32"]), max_attempts=2, total_timeout=5, connect_timeout=2
@@ -64,7 +69,9 @@ class Stack:
         return self.blob_store.store()
 
     def resources(self) -> dict[str, Any]:
-        app_db = AppDatabaseResource(url=self.url)
+        app_db = AppDatabaseResource(
+            url=self.url, secrets_key=dg.EnvVar("PIPELINES_SECRETS_KEY") if self.secrets_from_env else None
+        )
         return {
             "app_db": app_db,
             "blob_store": self.blob_store,
@@ -152,6 +159,19 @@ class Stack:
             raise_on_error=False,
         )
 
+    def change_connector(self, pipeline_id: int, changes: ConnectorChanges, *, keyring: Keyring | None = None) -> None:
+        """Change the connector a pipeline crawls, as the API does (new credentials sealed under `keyring`)."""
+        with transaction(self.sessions) as session:
+            pipeline = session.get_one(Pipeline, pipeline_id)
+            assert pipeline.connector_id is not None
+            update_connector(
+                session,
+                workspace_id=pipeline.workspace_id,
+                connector_id=pipeline.connector_id,
+                changes=changes,
+                keyring=keyring,
+            )
+
     def documents(self, workspace_id: int) -> list[Document]:
         with self.sessions() as session:
             return list(
@@ -175,6 +195,23 @@ class Stack:
                 .where(TokenUsage.workspace_id == workspace_id, TokenUsage.usage_type == "web_crawl")
             )
             return ledger, usage
+
+
+@contextmanager
+def subscriptions(stack: Stack, events: list[str]) -> Iterator[Callable[[int], None]]:
+    """Subscribe workspaces to `events` on the stack's /hook; each is deleted afterwards, with its deliveries, since
+    a sender sends whatever is due in the database and the PostgreSQL one outlives the test."""
+    from tests.notifications.conftest import endpoint
+
+    subscribed: list[int] = []
+
+    def to(workspace_id: int) -> None:
+        endpoint(stack.sessions, workspace_id, stack.web.url("/hook"), events=events)
+        subscribed.append(workspace_id)
+
+    yield to
+    with transaction(stack.sessions) as session:
+        session.execute(sa.delete(Workspace).where(Workspace.id.in_(subscribed)))
 
 
 def rebuilt_resources(portable: dict[str, tuple[type, dict[str, Any]]]) -> dict[str, Any]:

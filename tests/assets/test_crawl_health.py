@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from pipelines_dagster.app_db.engine import transaction
-from pipelines_dagster.app_db.models import Connector, NotificationDelivery, PageChange, Pipeline, Workspace
+from pipelines_dagster.app_db.models import Connector, NotificationDelivery, PageChange, Pipeline
 from pipelines_dagster.assets.checks import asset_checks
 from pipelines_dagster.assets.crawl_results import crawl_results
 from pipelines_dagster.assets.kb_documents import kb_documents
@@ -25,10 +25,9 @@ from pipelines_dagster.core.ledger.billing import Billing
 from pipelines_dagster.history import RunHistory
 from pipelines_dagster.jobs import pipeline_run
 from pipelines_dagster.runs import run_tags
-from tests.assets.conftest import Stack, materialization
+from tests.assets.conftest import Stack, materialization, subscriptions
 from tests.assets.test_batch import partition_events, run_batch
 from tests.assets.test_site_crawl import linked_page, urlset
-from tests.notifications.conftest import endpoint
 from tests.notifications.test_events import RunEndSensors
 from tests.support.web import NOT_FOUND, Reply
 
@@ -51,17 +50,9 @@ def run_pipeline(stack: Stack, workspace_id: int, pipeline_id: int) -> dg.Execut
 
 @pytest.fixture
 def subscribe(stack: Stack) -> Iterator[Callable[[int], None]]:
-    """Subscribe a workspace to pages.changed and run.failed; its workspace is deleted afterwards, with the
-    deliveries, since a sender sends whatever is due in the database and the PostgreSQL one outlives the test."""
-    subscribed: list[int] = []
-
-    def to(workspace_id: int) -> None:
-        endpoint(stack.sessions, workspace_id, stack.web.url("/hook"), events=["pages.changed", "run.failed"])
-        subscribed.append(workspace_id)
-
-    yield to
-    with transaction(stack.sessions) as session:
-        session.execute(sa.delete(Workspace).where(Workspace.id.in_(subscribed)))
+    """Subscribe a workspace to pages.changed and run.failed (deleted afterwards, with its deliveries)."""
+    with subscriptions(stack, ["pages.changed", "run.failed"]) as to:
+        yield to
 
 
 def timeline(stack: Stack, pipeline_id: int) -> Counter[str]:

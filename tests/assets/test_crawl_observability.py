@@ -8,6 +8,7 @@ import re
 import dagster as dg
 import pytest
 
+from pipelines_dagster.core.crawl.types import CrawlerConfig
 from pipelines_dagster.core.run import engine as run_engine
 from pipelines_dagster.crawl_metadata import CrawlProgressMetadata
 from tests.assets.conftest import Stack, materialization
@@ -77,7 +78,10 @@ def test_the_run_log_starts_and_sums_up_the_crawl_naming_the_pipeline_and_its_cr
     assert result.success
     log = run_log(embedded.instance, result.run_id)
     named = f"pipeline {pipeline_id} (p): "
-    assert f"{named}crawl started (attempt 1): 5 URLs of its list, 4 requests per host and 16 in all at a time" in log
+    assert (
+        f"{named}crawl started (attempt 1): 5 URLs of its list, 4 requests per host and 16 in all at a time; as "
+        f"{CrawlerConfig.user_agent!r}, obeying robots.txt"
+    ) in log
     [summary] = [line for line in log if line.startswith(f"{named}crawl finished: ")]
     limited = f"rate limited by robots.txt Crawl-delay of {embedded.web.base_url} (0.4 s between requests): 4 requests"
     assert summary.startswith(f"{named}crawl finished: 5 attempted, 5 succeeded, 0 empty, 0 failed in ")

@@ -55,7 +55,7 @@ def test_script_built_pages_reach_the_kb_with_their_text_when_rendered(embedded:
         "auto": "16 in all at a time; pages that need it rendered in a browser (render: auto)",
         "always": "16 in all at a time; every page rendered in a browser (render: always)",
     }[setting]
-    assert any(line.endswith(said) and "crawl started" in line for line in run_log(embedded.instance, result.run_id))
+    assert any(f"{said}; as " in line and "crawl started" in line for line in run_log(embedded.instance, result.run_id))
     [summary] = [line for line in run_log(embedded.instance, result.run_id) if "crawl finished" in line]
     assert (f"; {len(expected)} pages rendered in a browser (" in summary) is rendering
 

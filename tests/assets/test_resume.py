@@ -21,7 +21,7 @@ class Stopped(Exception):
 
 def crawl(stack: Stack, pipeline_id: int, run_id: str, *, root: str, stop_after: int | None = None) -> CrawlReport:
     with Session(stack.engine) as session:
-        plan = plan_run(session, pipeline_id)
+        plan = plan_run(session, pipeline_id, keyring=None)
     prefix = checkpoint_prefix(workspace_id=plan.workspace_id, pipeline_id=pipeline_id, root_run_id=root)
 
     def progress(done: CrawlProgress) -> None:
@@ -46,7 +46,7 @@ def crawl(stack: Stack, pipeline_id: int, run_id: str, *, root: str, stop_after:
 
 def stored(stack: Stack, pipeline_id: int, root: str) -> set[str]:
     with Session(stack.engine) as session:
-        plan = plan_run(session, pipeline_id)
+        plan = plan_run(session, pipeline_id, keyring=None)
     prefix = checkpoint_prefix(workspace_id=plan.workspace_id, pipeline_id=pipeline_id, root_run_id=root)
     return {record.url for record in Checkpoint(stack.blob, prefix, "reader").records()}
 

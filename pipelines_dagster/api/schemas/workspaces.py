@@ -37,6 +37,9 @@ class WorkspaceOut(BaseModel):
     owner: str = Field(description="User id of the owner, who is billed for crawls.")
     created_at: datetime
     live_tokens: int = Field(description="API tokens not revoked (`token list` shows them).")
+    owned_hosts: list[str] = Field(
+        description="Hosts an operator declared it owns: its connectors may ignore robots.txt there."
+    )
 
     @classmethod
     def of(cls, workspace: Workspace, *, live_tokens: int) -> WorkspaceOut:
@@ -46,6 +49,7 @@ class WorkspaceOut(BaseModel):
             owner=workspace.owner_user_id,
             created_at=workspace.created_at,
             live_tokens=live_tokens,
+            owned_hosts=list(workspace.owned_hosts),
         )
 
 

@@ -10,11 +10,15 @@ from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import Connector, ConnectorType, Pipeline, PipelineTrigger, Workspace
 from pipelines_dagster.core.catalog.changes import KEEP, Keep
+from pipelines_dagster.core.catalog.connector_credentials import set_credentials
+from pipelines_dagster.core.catalog.connector_etiquette import OwnUrls, set_etiquette
 from pipelines_dagster.core.catalog.schedules import ScheduleSpec, _schedule_triggers, set_schedule, validate_interval
 from pipelines_dagster.core.catalog.workspaces import get_workspace
+from pipelines_dagster.core.crawl.credentials import CredentialHosts, Credentials
 from pipelines_dagster.core.crawl.render.rule import RENDER_KEY, RenderMode, validate_render
-from pipelines_dagster.core.crawl.site.config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig
+from pipelines_dagster.core.crawl.site.config import CRAWL_MODE_KEY, SITE_KEY, CrawlMode, SiteConfig, crawl_mode
 from pipelines_dagster.core.errors import ConflictError, InvalidInputError, NotFoundError
+from pipelines_dagster.core.security.keyring import Keyring
 from pipelines_dagster.core.validation import validate_choice, validate_name, validate_urls
 
 URLS_KEY = "INITIAL_URLS"
@@ -41,12 +45,18 @@ def create_connector(
     index_every_minutes: int | None = None,
     site: SiteConfig | None = None,
     render: str | None = None,
+    credentials: Credentials | None = None,
+    keyring: Keyring | None = None,
+    user_agent: str | None = None,
+    robots: str | None = None,
     now: datetime | None = None,
 ) -> Connector:
     """Create a connector; with `index_every_minutes`, also its own periodic indexing pipeline.
 
     A web connector crawls its `urls` (list mode) or, given a validated `site`, discovers a site; `render` is
-    its render setting when chosen (None: its crawl mode's default)."""
+    its render setting when chosen (None: its crawl mode's default); `credentials` are sent to its own hosts,
+    sealed under `keyring`; `user_agent` replaces the crawler's, and `robots` ignore waives robots.txt, which
+    only hosts the workspace owns may."""
     workspace = get_workspace(session, workspace_id)
     if index_every_minutes is not None:
         validate_interval(index_every_minutes, field="index_every_minutes")
@@ -54,6 +64,8 @@ def create_connector(
     if kind is not ConnectorType.WEBCRAWLER and (urls or site):
         raise InvalidInputError("site" if site else "url", f"a {kind.value} connector takes no URLs")
     chosen = _render_of(kind, render)
+    _check_credentials(kind, credentials, keyring)
+    _check_web_only(kind, user_agent=user_agent, robots=robots)
     if site is not None and urls:
         raise InvalidInputError("site", "give the URLs to crawl (url) or a site to discover (site), not both")
     connector = Connector(
@@ -67,6 +79,9 @@ def create_connector(
     if kind is ConnectorType.WEBCRAWLER:
         _set_crawl(connector, urls=None if site else validate_urls(urls or [], field="url"), site=site)
         _set_render(connector, chosen)
+        set_etiquette(connector, workspace, own_urls(connector), user_agent=user_agent, robots=robots)
+        if credentials is not None and keyring is not None:
+            set_credentials(connector, credentials, keyring)
     session.add(connector)
     session.flush()
     if index_every_minutes is not None:
@@ -201,15 +216,31 @@ class ConnectorChanges:
     site: SiteConfig | None = None
     render: str | Keep | None = KEEP
     """never, auto or always; None: its crawl mode's default again, which then follows each change of mode."""
+    credentials: Credentials | Keep | None = KEEP
+    """Replace its credentials as a whole; None: clear them. Left out they stay, on a replace too: they cannot
+    be read back, so a client that writes back what it read would otherwise lose them."""
+    user_agent: str | Keep | None = KEEP
+    """None: the crawler's user agent again."""
+    robots: str | Keep | None = KEEP
+    """obey or ignore; None: obey again."""
 
 
 def update_connector(
-    session: Session, *, workspace_id: int, connector_id: int, changes: ConnectorChanges, replace: bool = False
+    session: Session,
+    *,
+    workspace_id: int,
+    connector_id: int,
+    changes: ConnectorChanges,
+    replace: bool = False,
+    keyring: Keyring | None = None,
 ) -> Connector:
     """Change what `changes` gives, or with `replace` set the connector to it as a whole (a name left out is
     the default one, a render left out the crawl mode's, a web connector needs URLs or a site); every check
     passes before anything is written. Pipelines over the connector crawl what it says from their next run on
-    (a pipeline's own URLs still replace its connector's)."""
+    (a pipeline's own URLs still replace its connector's). New credentials are sealed under `keyring`.
+
+    A change that would send the credentials it keeps to a host they did not go to is refused: whoever may
+    change a connector may not read its credentials, so must not be able to send them elsewhere either."""
     connector = get_connector(session, workspace_id=workspace_id, connector_id=connector_id)
     kind = ConnectorType(connector.connector_type)
     urls, site = changes.urls, changes.site
@@ -223,13 +254,79 @@ def update_connector(
     name = validate_name(name)
     urls = None if urls is None else validate_urls(urls, field="urls")
     render = None if isinstance(changes.render, Keep) else _render_of(kind, changes.render)
+    credentials = changes.credentials
+    if not isinstance(credentials, Keep):
+        _check_credentials(kind, credentials, keyring)
+    user_agent = None if replace and changes.user_agent is KEEP else changes.user_agent
+    robots = None if replace and changes.robots is KEEP else changes.robots
+    _check_web_only(kind, user_agent=user_agent, robots=robots)
+    sent_to = credential_hosts(connector).names()
     connector.name = name
     if urls is not None or site is not None:
         _set_crawl(connector, urls=urls, site=site)
     if replace or changes.render is not KEEP:
         _set_render(connector, render)
+    if kind is ConnectorType.WEBCRAWLER:
+        workspace = get_workspace(session, workspace_id)
+        own = own_urls(connector)
+        set_etiquette(
+            connector,
+            workspace,
+            own,
+            user_agent=user_agent,
+            robots=robots,
+            urls_changed="site" if site is not None else "urls" if urls is not None else None,
+        )
+    if isinstance(credentials, Keep):
+        _refuse_new_hosts(connector, sent_to, field="site" if site is not None else "urls")
+    elif keyring is not None:
+        set_credentials(connector, credentials, keyring)
     session.flush()
     return connector
+
+
+def own_urls(connector: Connector) -> OwnUrls:
+    """The URLs the connector itself names: its list's (not a pipeline's own, which may name other hosts), or
+    its site's start URLs, with whether the site takes their subdomains."""
+    if crawl_mode(connector.config) is CrawlMode.SITE:
+        site = connector.config.get(SITE_KEY) or {}
+        return OwnUrls(site.get("start_urls") or [], subdomains=bool(site.get("subdomains")))
+    return OwnUrls(initial_urls(connector) or [])
+
+
+def credential_hosts(connector: Connector) -> CredentialHosts:
+    """The hosts the connector's credentials go to: those of its own URLs (with their registrable domains when
+    its site takes subdomains)."""
+    own = own_urls(connector)
+    return CredentialHosts(own.urls, subdomains=own.subdomains)
+
+
+def _check_web_only(kind: ConnectorType, **given: str | Keep | None) -> None:
+    for field, value in given.items():
+        if kind is not ConnectorType.WEBCRAWLER and isinstance(value, str):
+            raise InvalidInputError(field, f"a {kind.value} connector fetches no web pages, so it takes no {field}")
+
+
+def _check_credentials(kind: ConnectorType, credentials: Credentials | None, keyring: Keyring | None) -> None:
+    if credentials is None:
+        return
+    if kind is not ConnectorType.WEBCRAWLER:
+        raise InvalidInputError("auth", f"a {kind.value} connector fetches no web pages, so it takes no credentials")
+    if keyring is None:
+        raise TypeError("credentials are stored sealed: give the keyring that seals them")
+
+
+def _refuse_new_hosts(connector: Connector, before: frozenset[str], *, field: str) -> None:
+    """Refuse a change that sends the connector's credentials somewhere they did not go."""
+    if connector.credentials is None:
+        return
+    added = credential_hosts(connector).names() - before
+    if added:
+        raise InvalidInputError(
+            field,
+            f"the connector's credentials go only to its own hosts, and this change adds {', '.join(sorted(added))}: "
+            "give the credentials again with it to send them there too, or clear them",
+        )
 
 
 class ConnectorInUseError(ConflictError):

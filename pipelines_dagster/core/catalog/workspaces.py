@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from pipelines_dagster.app_db.models import ApiToken, Workspace
+from pipelines_dagster.core.crawl.etiquette import validate_owned_hosts
 from pipelines_dagster.core.errors import ConflictError, NotFoundError, UserError
 from pipelines_dagster.core.security.tokens import TOKEN_PREFIX, hash_token, new_token
 from pipelines_dagster.core.validation import validate_name
@@ -139,4 +140,13 @@ def get_workspace(session: Session, workspace_id: int) -> Workspace:
     workspace = session.get(Workspace, workspace_id)
     if workspace is None:
         raise NotFoundError(f"workspace {workspace_id} does not exist")
+    return workspace
+
+
+def set_owned_hosts(session: Session, workspace_id: int, hosts: list[str]) -> Workspace:
+    """Declare the hosts the workspace owns, replacing those it had: its connectors may ignore robots.txt there.
+    A host given up is obeyed again from the next crawl on, whatever a connector says."""
+    workspace = get_workspace(session, workspace_id)
+    workspace.owned_hosts = validate_owned_hosts(hosts)
+    session.flush()
     return workspace

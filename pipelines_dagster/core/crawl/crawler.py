@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping
 from dataclasses import replace
 
 import httpx
 
 from pipelines_dagster.core.crawl.body import ACCEPT_ENCODING
+from pipelines_dagster.core.crawl.credentials import HostCredentials
 from pipelines_dagster.core.crawl.extract.extracted import DOCX, PDF, Extracted
 from pipelines_dagster.core.crawl.extract.slots import ExtractionSlots
 from pipelines_dagster.core.crawl.extract.workers import ExtractionError, ExtractionWorkers
@@ -90,6 +91,9 @@ class Crawler:
         waits: RequestWaits | None = None,
         render: RenderMode = RenderMode.NEVER,
         render_memory: RenderMemory | None = None,
+        credentials: HostCredentials | None = None,
+        user_agent: str | None = None,
+        robots_waived: frozenset[str] = frozenset(),
     ) -> AsyncIterator[CrawlOutcome]:
         """`crawl` over the URLs `source` hands out as the crawl goes: it may add URLs as outcomes
         come back, and the crawl ends when it has none left and none is in flight. A URL `replay`
@@ -99,8 +103,13 @@ class Crawler:
 
         Under `render` `always`, or `auto` when a page needs it, a page's text is read from the page as
         Chromium renders it (`render.pages_text`), every request of the page through this crawl's guards;
-        `render_memory` is what `auto` knows of the hosts already (the previous crawl's verdicts)."""
-        config = self.config
+        `render_memory` is what `auto` knows of the hosts already (the previous crawl's verdicts).
+
+        `credentials` go on every request to one of their hosts and on no other: a page, a robots.txt, a
+        sitemap, a rendered page's subresource, each hop of a redirect judged by its own URL. `user_agent`
+        replaces the crawler's, in requests and in reading robots.txt; pages on the `robots_waived` hosts are
+        fetched without it (their owner's choice)."""
+        config = self.config if user_agent is None else replace(self.config, user_agent=user_agent)
         known = previous or {}
         if not known:
             self._start_workers_early()  # nothing was crawled before: every page will need extracting
@@ -113,6 +122,7 @@ class Crawler:
             headers={"User-Agent": config.user_agent, "Accept": _ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
             timeout=httpx.Timeout(config.total_timeout, connect=config.connect_timeout),
             follow_redirects=False,  # each hop is checked by the Fetcher before it is requested
+            auth=_OwnHosts(credentials) if credentials is not None else None,
         ) as client:
             pages = None
             if render is not RenderMode.NEVER:
@@ -134,6 +144,7 @@ class Crawler:
                 previous=known,
                 host_budget=self._host_budget,
                 waits=waits,
+                robots_waived=robots_waived,
             )
             await source.prepare(run)
             window = _WINDOW_PER_SLOT * config.global_concurrency
@@ -222,6 +233,19 @@ class Crawler:
             return await workers.extract_async(body, media_type=media_type, charset=charset, url=url, links=links)
         except ExtractionError as exc:
             raise FetchFailed(str(exc)) from None
+
+
+class _OwnHosts(httpx.Auth):
+    """A connector's credentials on each request to one of its own hosts. httpx asks per request, and every
+    request the crawl makes is one hop (the Fetcher follows redirects itself), so each hop is judged by its
+    own URL; a rendered page's subresources come through the same client."""
+
+    def __init__(self, credentials: HostCredentials) -> None:
+        self._credentials = credentials
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.update(self._credentials.headers_for(str(request.url), cookie=request.headers.get("cookie")))
+        yield request
 
 
 async def _replayed(outcome: CrawlOutcome) -> CrawlOutcome:

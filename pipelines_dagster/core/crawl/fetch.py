@@ -20,7 +20,8 @@ from pipelines_dagster.core.crawl.extract.extracted import Extracted, page_kind
 from pipelines_dagster.core.crawl.headers import conditional_headers, retry_after_seconds
 from pipelines_dagster.core.crawl.host_budget import HostBudget, HostBudgetError
 from pipelines_dagster.core.crawl.page_types import page_cap, page_type
-from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, ROBOTS_MAX_REDIRECTS, RobotsRules
+from pipelines_dagster.core.crawl.requested import PAGE, ROBOTS_TXT, SUBRESOURCE, Requested
+from pipelines_dagster.core.crawl.robots import ROBOTS_MAX_BYTES, RobotsRules
 from pipelines_dagster.core.crawl.slots import HostSlots
 from pipelines_dagster.core.crawl.throttle import RequestWaits
 from pipelines_dagster.core.crawl.types import (
@@ -41,28 +42,6 @@ from pipelines_dagster.core.validation import validate_url
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 # Headers that describe the body as it came over the wire; a subresource's body is handed on decoded.
 _WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
-
-
-@dataclass(frozen=True)
-class _Requested:
-    """What a fetch is for, and so which rules its hops follow beyond the address guard and host slots."""
-
-    page: bool
-    """A crawled page: robots.txt is obeyed, redirects stay in the crawl's scope, and a redirect's
-    target is requested conditionally on what the last crawl stored there."""
-    max_redirects: int | None = None
-    """None: the crawl's max_redirects."""
-    max_attempts: int | None = None
-    """None: the crawl's max_attempts."""
-    accept: str | None = None
-    """None: the client's Accept header, the one for pages."""
-
-
-_PAGE = _Requested(page=True)
-# RFC 9309: robots.txt itself is not subject to robots.txt, and its redirects are followed wherever they lead.
-_ROBOTS_TXT = _Requested(page=False, max_redirects=ROBOTS_MAX_REDIRECTS)
-# A browser does not retry a subresource, and a page's render budget has no room for backoff.
-_SUBRESOURCE = _Requested(page=False, max_attempts=1, accept="*/*")
 
 
 @dataclass(frozen=True)
@@ -92,8 +71,11 @@ class Fetcher:
         previous: Mapping[str, PreviousFetch],
         host_budget: HostBudget | None = None,
         waits: RequestWaits | None = None,
+        robots_waived: frozenset[str] = frozenset(),
     ) -> None:
         self._config = config
+        # As _host writes them: an IPv6 address without its brackets.
+        self._robots_waived = frozenset(host.strip("[]") for host in robots_waived)
         self._source = source
         self._previous = previous
         self._guard = guard
@@ -203,7 +185,7 @@ class Fetcher:
         """
         try:
             response = await self._fetch(
-                url, previous=None, progress=FetchProgress(final_url=url), as_page=False, requested=_SUBRESOURCE
+                url, previous=None, progress=FetchProgress(final_url=url), as_page=False, requested=SUBRESOURCE
             )
         except FetchFailed as exc:
             return str(exc)
@@ -218,7 +200,7 @@ class Fetcher:
         progress: FetchProgress,
         as_page: bool,
         cap: BodyCap | None = None,
-        requested: _Requested = _PAGE,
+        requested: Requested = PAGE,
     ) -> FetchResponse:
         """The final response for `url`, following redirects ourselves so every hop is checked. `as_page`: the
         body is a page's, read only for the types a crawl extracts and to their cap (`page_types`); else to
@@ -239,7 +221,7 @@ class Fetcher:
                 raise FetchFailed(
                     f"resolving {host!r} timed out after {self._config.connect_timeout:g} s", unreachable=True
                 ) from None
-            if requested.page and self._config.obey_robots:
+            if requested.page and self._config.obey_robots and host not in self._robots_waived:
                 await self._robots.check(current, target)
             response = await self._request(
                 target,
@@ -275,7 +257,7 @@ class Fetcher:
         progress: FetchProgress,
         as_page: bool,
         cap: BodyCap,
-        requested: _Requested,
+        requested: Requested,
     ) -> FetchResponse:
         """One hop's response, retrying 429, 5xx, timeouts and connection errors with backoff."""
         config = self._config
@@ -382,7 +364,7 @@ class Fetcher:
             progress=FetchProgress(url),
             as_page=False,
             cap=BodyCap(ROBOTS_MAX_BYTES, cut=True),
-            requested=_ROBOTS_TXT,
+            requested=ROBOTS_TXT,
         )
         return response.status, response.body
 

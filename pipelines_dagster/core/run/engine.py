@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from pipelines_dagster.core.crawl.credentials import HostCredentials
 from pipelines_dagster.core.crawl.record import CrawlRecord, write_crawl
 from pipelines_dagster.core.crawl.render.rule import RenderMemory, RenderMode
 from pipelines_dagster.core.crawl.throttle import RequestWaits
@@ -99,6 +100,9 @@ def iter_crawl(
     waits: RequestWaits | None = None,
     render: RenderMode = RenderMode.NEVER,
     render_memory: RenderMemory | None = None,
+    credentials: HostCredentials | None = None,
+    user_agent: str | None = None,
+    robots_waived: frozenset[str] = frozenset(),
 ) -> Iterator[CrawlOutcome]:
     """The async crawl as a plain iterator, so its outcomes can stream into a blocking blob write.
 
@@ -124,7 +128,15 @@ def iter_crawl(
         assert task is not None
         running.append((asyncio.get_running_loop(), task))
         crawl = crawler.crawl_source(
-            source, previous=previous, replay=replay, waits=waits, render=render, render_memory=render_memory
+            source,
+            previous=previous,
+            replay=replay,
+            waits=waits,
+            render=render,
+            render_memory=render_memory,
+            credentials=credentials,
+            user_agent=user_agent,
+            robots_waived=robots_waived,
         )
         async for outcome in crawl:
             if stop.is_set():
@@ -281,6 +293,9 @@ def execute_crawl(
                 waits=waits,
                 render=plan.render,
                 render_memory=render_memory,
+                credentials=plan.credentials,
+                user_agent=plan.user_agent,
+                robots_waived=plan.robots_waived,
             )
             for outcome in crawled:
                 record = resumed.record_of(outcome)

@@ -54,7 +54,7 @@ def test_every_pipeline_is_made_with_one_manual_trigger_on_and_may_be_run_by_han
         [(_, enabled)] = manual_triggers(sessions, one)
         assert enabled, one
     with sessions() as session:
-        assert plan_manual_run(session, pipeline_id) == plan_run(session, pipeline_id)
+        assert plan_manual_run(session, pipeline_id) == plan_run(session, pipeline_id, keyring=None)
         assert plan_manual_run(session, system_id).pipeline_id == system_id
 
 
@@ -74,7 +74,7 @@ def test_a_manual_trigger_switched_off_refuses_run_now_but_not_the_crawl_step(se
     )
     # What a Dagster UI launch's crawl step asks: an operator may run the partition.
     with sessions() as session:
-        assert plan_run(session, pipeline_id).pipeline_id == pipeline_id
+        assert plan_run(session, pipeline_id, keyring=None).pipeline_id == pipeline_id
     with transaction(sessions) as session:
         set_trigger_enabled(
             session, workspace_id=workspace_id, pipeline_id=pipeline_id, trigger_id=trigger_id, enabled=True

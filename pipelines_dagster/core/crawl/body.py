@@ -113,10 +113,12 @@ def _zlib_wrapped(head: bytes) -> bool:
 
 @dataclass(frozen=True)
 class BodyCap:
-    """How much of a body is read: past `max_bytes` it is refused, or with `cut` kept to there."""
+    """How much of a body is read: past `max_bytes` it is refused, or with `cut` kept to there. A `document`'s
+    body (a PDF, a DOCX) is read only in one of the crawl's few document slots."""
 
     max_bytes: int
     cut: bool = False
+    document: bool = False
 
 
 class Body:

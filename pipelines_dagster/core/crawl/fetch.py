@@ -40,6 +40,9 @@ from pipelines_dagster.core.security.ssrf import AddressError, AddressGuard
 from pipelines_dagster.core.validation import validate_url
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# Document bodies (50 MiB each at most) a crawl holds at once, from their read to their outcome: a window of 64
+# URLs of documents would hold over 3 GiB. More than a machine's extraction workers, so they stay busy.
+DOCUMENTS_AT_ONCE = 4
 # Headers that describe the body as it came over the wire; a subresource's body is handed on decoded.
 _WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
@@ -84,6 +87,7 @@ class Fetcher:
         self._robots = RobotsRules(
             self._fetch_robots, user_agent=config.user_agent, max_crawl_delay=config.max_crawl_delay
         )
+        self._documents = asyncio.Semaphore(DOCUMENTS_AT_ONCE)
         self._hosts = HostSlots(
             per_host=config.per_host_concurrency,
             global_concurrency=config.global_concurrency,
@@ -160,6 +164,9 @@ class Fetcher:
             return outcome("failed", error=str(exc))
         except Exception as exc:  # continue-on-fail: a bug met on one page must not end the crawl
             return outcome("failed", error=f"unexpected error: {exc!r}")
+        finally:
+            if progress.holds_document:
+                self._documents.release()
 
     async def fetch_body(self, url: str, *, max_bytes: int) -> FetchedBody:
         """The body a 200 answers at `url` with (a sitemap), through every guard a page request
@@ -315,7 +322,7 @@ class Fetcher:
         config = self._config
         async with (
             self._hosts.request(url, host=host),
-            asyncio.timeout(config.total_timeout),
+            asyncio.timeout(config.total_timeout) as budget,
             self._client.stream("GET", url, headers=headers) as response,
         ):
             progress.http_status = response.status_code
@@ -326,6 +333,8 @@ class Fetcher:
             if as_page:
                 cap = page_cap(media_type, url=str(url), config=config)
                 progress.kind = page_kind(media_type)
+                if cap.document and not progress.holds_document:
+                    await self._hold_document(progress, budget)
             declared = response.headers.get("content-length", "")
             if not cap.cut and declared.isdigit() and int(declared) > cap.max_bytes:
                 raise FetchFailed(f"body larger than {cap.max_bytes} bytes ({declared} declared)")
@@ -352,6 +361,15 @@ class Fetcher:
                 raw_hash=body.digest.hexdigest(),
                 truncated=body.truncated,
             )
+
+    async def _hold_document(self, progress: FetchProgress, budget: asyncio.Timeout) -> None:
+        """Take a document slot for the URL; the wait for one is not counted in the attempt's time budget."""
+        deadline, waited = budget.when(), time.monotonic()
+        budget.reschedule(None)
+        await self._documents.acquire()
+        progress.holds_document = True
+        if deadline is not None:
+            budget.reschedule(deadline + time.monotonic() - waited)
 
     async def robots_sitemaps(self, url: str) -> list[str]:
         """The sitemaps the robots.txt of `url`'s origin names (read once per crawl, as for its rules)."""

@@ -20,7 +20,7 @@ _READ = "only HTML, XHTML, plain text, PDF and DOCX are crawled"
 def page_cap(media_type: str, *, url: str, config: CrawlerConfig) -> BodyCap:
     """How much of a page body of `media_type` is read; FetchFailed when the crawl does not read that type."""
     if media_type in DOCUMENT_TYPES or (media_type in UNTYPED and named_document(url) is not None):
-        return BodyCap(config.max_document_bytes)
+        return BodyCap(config.max_document_bytes, document=True)
     if media_type in PAGE_TYPES:
         return BodyCap(config.max_body_bytes)
     raise FetchFailed(f"unsupported content type {media_type or '(none declared)'!r}; {_READ}")

@@ -102,6 +102,8 @@ class FetchProgress:
     stores pages under their final URL) a redirect target's."""
     kind: PageKind | None = None
     """What kind of page the body is, once its type is known."""
+    holds_document: bool = False
+    """The URL holds one of the crawl's document slots (`fetch.DOCUMENTS_AT_ONCE`) until its outcome is made."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """PDF and DOCX documents through the crawl engine, on a real loopback server with real extraction workers: their
 text comes back as markdown, an untyped file is read only when it is the document its URL names, each type has its
-size cap enforced as the body streams, and hostile files fail alone within their budgets."""
+size cap enforced as the body streams, hostile files fail alone within their budgets, and a crawl holds only a few
+document bodies at once."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+import httpx
 import pytest
 
 from pipelines_dagster.core.crawl.crawler import Crawler
-from pipelines_dagster.core.crawl.extract.extracted import DOCX, PDF
+from pipelines_dagster.core.crawl.extract.extracted import DOCX, PDF, Extracted
+from pipelines_dagster.core.crawl.fetch import DOCUMENTS_AT_ONCE, Fetcher
 from pipelines_dagster.core.crawl.render.rule import RenderMode
-from pipelines_dagster.core.crawl.types import CrawlerConfig, CrawlOutcome, PreviousFetch
+from pipelines_dagster.core.crawl.types import CrawlerConfig, CrawlOutcome, ListSource, PreviousFetch
 from pipelines_dagster.core.security.network_policy import NetworkPolicy
+from pipelines_dagster.core.security.ssrf import AddressGuard, PinnedTransport
 from tests.support.documents import MALFORMED_PDF, docx_bomb, docx_document, inflating_pdf, pdf_document, scanned_pdf
 from tests.support.web import Reply, WebServer, page
 
@@ -165,3 +169,42 @@ def test_documents_are_never_rendered(web: WebServer, tmp_path) -> None:
 
         outcomes = asyncio.run(crawl())
     assert [(outcome.status, outcome.rendered) for outcome in outcomes] == [("success", False)] * 2
+
+
+def test_a_crawl_holds_a_few_document_bodies_at_once_not_a_window_of_them(web: WebServer) -> None:
+    for n in range(12):
+        web.route(f"/manual{n}.pdf", Reply(body=MANUAL, content_type=PDF))
+        web.route(f"/page{n}", page(f"Page {n}", "Text."))
+
+    def most_held(paths: list[str], *, config: CrawlerConfig = CONFIG, extraction: float = 0.2) -> int:
+        """The most bodies held at once by a crawl of `paths` all started together, each extraction taking
+        `extraction` seconds: a body is held from its read to its outcome, extraction included."""
+        held = most = 0
+
+        async def extract(body: bytes, **_: object) -> Extracted:
+            nonlocal held, most
+            held += 1
+            most = max(most, held)
+            await asyncio.sleep(extraction)
+            held -= 1
+            return Extracted(content="Text.", content_hash="h", metadata={})
+
+        async def crawl() -> list[CrawlOutcome]:
+            guard = AddressGuard(config.network)
+            async with httpx.AsyncClient(transport=PinnedTransport(guard), follow_redirects=False) as client:
+                urls = [web.url(path) for path in paths]
+                fetcher = Fetcher(
+                    config, guard=guard, client=client, extract=extract, source=ListSource(urls), previous={}
+                )
+                return await asyncio.gather(*(fetcher.crawl_url(url, None) for url in urls))
+
+        assert [outcome.status for outcome in asyncio.run(crawl())] == ["success"] * len(paths)
+        return most
+
+    assert most_held([f"/manual{n}.pdf" for n in range(12)]) == DOCUMENTS_AT_ONCE
+    # The wait for a slot is not the request's: a document waits 0.6 s for one (the host slots let four wait at
+    # once), past a 0.5 s request budget.
+    documents = [f"/manual{n}.pdf" for n in range(12)]
+    assert most_held(documents, config=replace(CONFIG, total_timeout=0.5), extraction=0.6) == DOCUMENTS_AT_ONCE
+    # Pages are not held back so: their bodies are capped ten times lower.
+    assert most_held([f"/page{n}" for n in range(12)]) > DOCUMENTS_AT_ONCE

@@ -265,6 +265,10 @@ def code_location_job(stack: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path, *
     # The code location reads its settings when imported: a copy another test imported in this
     # process would carry that test's database. Imported afresh here, and the old one put back after.
     monkeypatch.delitem(sys.modules, "pipelines_dagster.definitions", raising=False)
+    # Dagster keeps the last job it loaded from a reconstructable job of the same module and name, per process
+    # (lru_cache on the class): another test's, with that test's settings (billing off, say), until cleared.
+    ReconstructableJob.get_definition.cache_clear()
+    ReconstructableJob.get_repository_definition.cache_clear()
     return ReconstructableJob(
         ReconstructableRepository.for_module("pipelines_dagster.definitions", "defs"), "pipeline_run"
     )

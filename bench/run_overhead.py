@@ -18,7 +18,7 @@ machine only ever slows a round down.
 Targets (issue 10): (b) >= 0.8 x (a) in runs per minute; (c) ends <= 3 s after it starts; (d) >= 3 x (a)
 in pipeline crawls per minute. Exits 1 when a target is missed or a run or crawl did not succeed.
 
-`--smoke` starts the same `dagster dev` and measures (a) to (d) with 2 runs, one round and 3 scheduled
+`--smoke` starts the same `dagster dev` and measures (a) to (d) but (a') with 2 runs, one round and 3 scheduled
 pipelines: it prints the same figures and exits 1 only when a run or crawl did not succeed, whatever
 the ratios.
 """
@@ -347,11 +347,13 @@ def main() -> int:
                 f"runs/min ({n} runs in {result['seconds']:.1f} s, {result['succeeded']} succeeded, "
                 f"{result['cpu'].describe(n)})"
             )
-        default = measure_floor(deployment, n, job="floor_job_multiprocess")
-        print(
-            f"(a') the floor with Dagster's default executor (a subprocess per step): {default['per_minute']:5.1f} "
-            f"runs/min ({n} runs in {default['seconds']:.1f} s, {default['cpu'].describe(n)}) [reference only]"
-        )
+        # For reference only, so not in a smoke run, which proves the bench's judged paths work.
+        default = None if args.smoke else measure_floor(deployment, n, job="floor_job_multiprocess")
+        if default is not None:
+            print(
+                f"(a') the floor with Dagster's default executor (a subprocess per step): {default['per_minute']:5.1f} "
+                f"runs/min ({n} runs in {default['seconds']:.1f} s, {default['cpu'].describe(n)}) [reference only]"
+            )
         manual = measure_manual(deployment, manual_workspace, manual_pipeline)
         print(
             f"(c)  one 2-page manual run: RUN_START -> RUN_SUCCESS {manual['run_seconds']:.2f} s, crawl step "
@@ -379,7 +381,7 @@ def main() -> int:
         failures.append(f"(d)/(a) = {batched_ratio:.2f} is below {BATCHED_TARGET}")
     measured = [
         *(("(a)", result, n) for result in floors),
-        ("(a')", default, n),
+        *((("(a')", default, n),) if default is not None else ()),
         *(("(b)", result, n) for result in ours),
         ("(c)", manual, 1),
         ("(d)", batched, batched["runs"]),

@@ -35,9 +35,11 @@ def progress_observations(instance: dg.DagsterInstance, run_id: str) -> list[Cra
 
 def test_a_slow_crawl_logs_its_progress_to_the_run_log(embedded: Stack, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(run_engine, "PROGRESS_EVERY_SECONDS", 0.2)
-    # Four pages at a time per host, each answering after 0.25 s: about 1.5 s of crawling in all.
+    # Four pages at a time per host, each answering after 0.6 s: about 3 s of crawling in all, longer than an
+    # extraction worker takes to start on a loaded machine (at 0.25 s a page, CI saw every outcome held back by
+    # the start and logged at once).
     for n in range(20):
-        embedded.web.route(f"/slow{n}", page(f"Slow {n}", f"Paragraph {n}.", delay=0.25))
+        embedded.web.route(f"/slow{n}", page(f"Slow {n}", f"Paragraph {n}.", delay=0.6))
     urls = [embedded.web.url(f"/slow{n}") for n in range(20)] + [embedded.web.url("/missing")]
     workspace_id, pipeline_id = embedded.pipeline(urls)
 

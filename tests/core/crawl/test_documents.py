@@ -144,16 +144,23 @@ def test_hostile_documents_fail_alone_within_their_budgets(web: WebServer, crawl
     web.route("/spec.docx", Reply(body=SPEC, content_type=DOCX))
     web.route("/guide", page("Guide", "Read the manual first."))
     names = ["broken.pdf", "bomb.docx", "liar.docx", "inflating.pdf", "scanned.pdf", "manual.pdf", "spec.docx", "guide"]
-    outcomes = by_path(crawl([web.url(f"/{name}") for name in names], extract_timeout=2))
+    # A budget a loaded machine's worker start (about 1-2 s at load 8, counted in the first page's budget) leaves
+    # room in: at 2 s, CI saw the lying zip time out before it was refused.
+    outcomes = by_path(crawl([web.url(f"/{name}") for name in names], extract_timeout=6))
     errors = {name: outcome.error or "" for name, outcome in outcomes.items()}
     assert errors["broken.pdf"].startswith("the PDF could not be read: ")
     assert "zip bomb" in errors["bomb.docx"]
     assert "not what its header says" in errors["liar.docx"]
-    assert errors["inflating.pdf"] == "text extraction took longer than 2 s; its worker was stopped"
+    # Stopped by pypdf's cap on a stream's tokens (after about 6 s of pypdf's time, on a quiet machine) or by the
+    # time budget, whichever comes first: both bound it.
+    assert errors["inflating.pdf"] in {
+        "text extraction took longer than 6 s; its worker was stopped",
+        "the PDF could not be read: Reached maximum number of tokens per stream.",
+    }
     assert "has no text layer" in errors["scanned.pdf"] and "OCR is not done" in errors["scanned.pdf"]
     hostile = names[:5]
     assert all(outcomes[name].status == "failed" for name in hostile)
-    assert all(outcomes[name].elapsed < 5 for name in hostile)
+    assert all(outcomes[name].elapsed < 12 for name in hostile)
     assert [outcomes[name].status for name in names[5:]] == ["success"] * 3
 
 

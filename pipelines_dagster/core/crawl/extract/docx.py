@@ -25,6 +25,8 @@ MAX_ENTRIES = 5_000
 # inflates some tenfold; past this a file is built to exhaust, not to read.
 MAX_INFLATED_BYTES = 256 * 1024 * 1024
 _MAIN_PART = "word/document.xml"
+# How Word stores a document's parts; zipfile would also inflate bzip2 and LZMA, which no Word writes.
+_WORD_COMPRESSION = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
 _CORE_PROPERTIES = "docProps/core.xml"
 _DTD_MARKS = tuple("<!DOCTYPE".encode(encoding) for encoding in ("utf-8", "utf-16-le", "utf-16-be"))
 _CORE_FIELDS = {
@@ -82,10 +84,15 @@ def checked_zip(body: bytes) -> bytes | None:
 def _inflated(archive: zipfile.ZipFile, entry: zipfile.ZipInfo) -> bytes:
     """An entry's bytes, inflated no further than the size it declares (and its CRC checked there): a whole-entry
     read would inflate each compressed chunk whole first, a lying header's bomb with it."""
+    if entry.compress_type not in _WORD_COMPRESSION:
+        raise DocumentError(
+            f"the DOCX's entry {entry.filename} is compressed with method {entry.compress_type}, which Word never "
+            "uses (only stored or deflated); not read"
+        )
     try:
         with archive.open(entry) as member:
             return member.read(entry.file_size)
-    except (zipfile.BadZipFile, NotImplementedError, RuntimeError, ValueError, OSError, EOFError) as exc:
+    except (zipfile.BadZipFile, RuntimeError, ValueError, OSError, EOFError) as exc:
         raise DocumentError(
             f"the DOCX's entry {entry.filename} is damaged or not what its header says ({exc}); not read"
         ) from None

@@ -117,6 +117,17 @@ def test_a_zip_bomb_dressed_as_a_docx_is_refused_by_its_declared_size_before_any
     assert time.monotonic() - started < 0.5
 
 
+def test_a_docx_whose_parts_use_a_compression_word_never_writes_is_refused_before_inflating():
+    with zipfile.ZipFile(io.BytesIO(docx_document([("", "Text.")]))) as archive:
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_BZIP2) as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    with pytest.raises(DocumentError, match=r"compressed with method 12, which Word never uses"):
+        docx_markdown(out.getvalue())
+
+
 def test_an_entry_that_inflates_past_what_its_header_declares_is_read_no_further():
     started = time.monotonic()
     with pytest.raises(DocumentError, match=r"word/document\.xml is damaged or not what its header says"):

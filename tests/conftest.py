@@ -7,8 +7,10 @@ CI=true it fails them, so CI cannot pass by skipping.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,6 +88,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return -SLOWEST_FILES.get(name, 0), -tests_in[item.path]
 
     items.sort(key=longest_first)
+
+
+@pytest.fixture(autouse=True)
+def _sigterm_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """SIGTERM as a test found it: one left ignored or blocked in this process is put back, and the test named.
+
+    Every process started afterwards inherits an ignored or blocked SIGTERM, Dagster's compute-log `tail` among
+    them, and an in-process run then waits 2 x 30 s at its end for `tail`s a terminate cannot stop, and fails
+    (CI saw in-process runs take a minute longer than alone, and one test fail on it).
+    """
+    yield
+    left = []
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        left.append("ignored")
+    if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        left.append("blocked")
+    if left:
+        named = f"{request.node.nodeid} left SIGTERM {' and '.join(left)} in the test process: put back"
+        warnings.warn(named, stacklevel=1)
 
 
 @pytest.fixture(scope="session")

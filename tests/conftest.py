@@ -94,9 +94,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _sigterm_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     """SIGTERM as a test found it: one left ignored or blocked in this process is put back, and the test named.
 
-    Every process started afterwards inherits an ignored or blocked SIGTERM, Dagster's compute-log `tail` among
-    them, and an in-process run then waits 2 x 30 s at its end for `tail`s a terminate cannot stop, and fails
-    (CI saw in-process runs take a minute longer than alone, and one test fail on it).
+    Dagster maps SIGTERM to SIGINT's handler when it runs a job in a process's main thread, and a test process
+    started as a background job has SIGINT ignored, so such a test leaves SIGTERM ignored. Every process started
+    afterwards inherits that, Dagster's compute-log `tail` among them, and an in-process run then waits 2 x 30 s
+    at its end for `tail`s a terminate cannot stop, and fails (CI saw in-process runs take a minute longer than
+    alone, and one test fail on it).
     """
     yield
     left = []

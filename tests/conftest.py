@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -90,27 +89,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=longest_first)
 
 
-@pytest.fixture(autouse=True)
-def _sigterm_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
-    """SIGTERM as a test found it: one left ignored or blocked in this process is put back, and the test named.
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT as a foreground process has it, when this one was started as a background job with SIGINT ignored.
 
-    Dagster maps SIGTERM to SIGINT's handler when it runs a job in a process's main thread, and a test process
-    started as a background job has SIGINT ignored, so such a test leaves SIGTERM ignored. Every process started
-    afterwards inherits that, Dagster's compute-log `tail` among them, and an in-process run then waits 2 x 30 s
-    at its end for `tail`s a terminate cannot stop, and fails (CI saw in-process runs take a minute longer than
-    alone, and one test fail on it).
+    Dagster maps SIGTERM to SIGINT's handler when it runs a job in a process's main thread: an ignored SIGINT
+    would leave SIGTERM ignored, and every process started afterwards inherits that, Dagster's compute-log `tail`
+    and the tests' `dagster dev` deployments among them. An in-process run then waits 2 x 30 s at its end for
+    `tail`s a terminate cannot stop, and fails (CI saw in-process runs take a minute longer than alone, and one
+    test fail on it). A Python handler is not inherited: each process started gets the default.
     """
-    yield
-    left = []
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        left.append("ignored")
-    if signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        left.append("blocked")
-    if left:
-        named = f"{request.node.nodeid} left SIGTERM {' and '.join(left)} in the test process: put back"
-        warnings.warn(named, stacklevel=1)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
